@@ -1,0 +1,21 @@
+"""nkserde: save and restore everything a NetKet simulation needs.
+
+Public API::
+
+    nkserde.save(obj, path)              -> Path
+    nkserde.load(template, path)         -> new object like template
+    nkserde.state_dict(obj)              -> nested dicts of numpy arrays / scalars
+    nkserde.from_state_dict(template, sd)
+    nkserde.info(path)                   -> dict of metadata
+    nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
+    nkserde.migration(name, from_version)
+    nkserde.errors
+"""
+
+from . import errors
+from .api import from_state_dict, info, load, save, state_dict
+from .registry import migration, register
+from . import netket as _netket_registrations  # noqa: F401,E402
+
+__version__ = "0.1.0"
+__all__ = ["errors", "from_state_dict", "info", "load", "migration", "register", "save", "state_dict"]

@@ -1,0 +1,37 @@
+"""Exceptions raised by nkserde.
+
+Every error that concerns a file names the file; every error that concerns a
+place inside an object names that place as a ``/``-separated path such as
+``state/parameters/Dense/kernel``.
+"""
+
+from __future__ import annotations
+
+
+class NkserdeError(Exception):
+    """Base class of every error nkserde raises on purpose."""
+
+
+class CorruptFileError(NkserdeError):
+    """The file is not a complete, intact nkserde file (bad magic, truncated,
+    checksum mismatch, undecodable header or payload)."""
+
+
+class TemplateMismatchError(NkserdeError):
+    """The template and the file disagree on structure, shape, dtype or type."""
+
+
+class UnsupportedVersionError(NkserdeError):
+    """The file was written by a newer format or schema version than this
+    nkserde understands, and no migration leads from it to the current one."""
+
+
+class UnregisteredTypeError(NkserdeError):
+    """An object (when saving) or a type name (when loading) has no
+    registration."""
+
+
+def format_path(path) -> str:
+    """``("state", "parameters", "Dense")`` -> ``"state/parameters/Dense"``;
+    the empty path is the root, ``"<root>"``."""
+    return "/".join(str(p) for p in path) if path else "<root>"

@@ -1,0 +1,72 @@
+"""How each array is stored: ``raw`` bytes or one ``zstd`` frame.
+
+The choice is made per array, by trying, and recorded in the header:
+
+* arrays up to ``SMALL`` bytes are compressed whole at level 1 and kept
+  compressed if that saves at least 10%: at that size time does not matter,
+  bytes (and a shared file system's round trips) do. Typical int8 Monte Carlo
+  chains (1024 chains x 1000 sites = 1 MB) fall here.
+* larger arrays are sampled (three slices); they are compressed only if the
+  sample shrinks to ``LARGE_RATIO`` or less. Only near-constant data (zeros,
+  repeated values) compresses that well, and zstd handles it at several GB/s.
+  Anything else (random weights, big int8 chains at ratio ~0.2 but only
+  ~0.25 GB/s) is written raw: compressing it would be slower than the disk.
+
+The choice depends only on the bytes, so the same state gives the same file.
+"""
+
+from __future__ import annotations
+
+import zstandard
+
+RAW = "raw"
+ZSTD = "zstd"
+CODECS = (RAW, ZSTD)
+
+SMALL = 1 << 20
+SMALL_RATIO = 0.9
+LARGE_RATIO = 0.05
+SAMPLE = 64 << 10
+LEVEL = 1
+CHUNK = 4 << 20  # streaming granularity: bounds extra memory per array
+
+
+def choose_codec(data: memoryview) -> tuple[str, bytes | None]:
+    """Returns ``(codec, compressed)``; ``compressed`` is the whole frame when
+    the decision already produced it (small arrays), else None."""
+    n = data.nbytes
+    if n == 0:
+        return RAW, None
+    if n <= SMALL:
+        frame = zstandard.ZstdCompressor(level=LEVEL).compress(data)
+        return (ZSTD, frame) if len(frame) <= SMALL_RATIO * n else (RAW, None)
+    step = n // 3
+    sample = b"".join(bytes(data[i * step : i * step + SAMPLE]) for i in range(3))
+    ratio = len(zstandard.ZstdCompressor(level=LEVEL).compress(sample)) / len(sample)
+    return (ZSTD, None) if ratio <= LARGE_RATIO else (RAW, None)
+
+
+def compress_stream(data: memoryview, write, hasher) -> int:
+    """Writes ``data`` as one zstd frame through ``write``, ``CHUNK`` bytes at
+    a time, feeding the stored bytes to ``hasher``. Returns the stored length."""
+    compressor = zstandard.ZstdCompressor(level=LEVEL).compressobj(size=data.nbytes)
+    stored = 0
+    for start in range(0, data.nbytes, CHUNK):
+        out = compressor.compress(data[start : start + CHUNK])
+        if out:
+            hasher.update(out)
+            write(out)
+            stored += len(out)
+    out = compressor.flush()
+    hasher.update(out)
+    write(out)
+    return stored + len(out)
+
+
+def stream_reader(frame):
+    """A reader with ``readinto`` that decompresses ``frame`` (bytes-like)
+    straight into the caller's buffer."""
+    return zstandard.ZstdDecompressor().stream_reader(frame)
+
+
+ZstdError = zstandard.ZstdError

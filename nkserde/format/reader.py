@@ -1,0 +1,157 @@
+"""Reader: validates everything it reads; any damage is a CorruptFileError
+naming the file and what failed, never a raw msgpack/zstd/struct error."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import msgpack
+import numpy as np
+
+from ..errors import CorruptFileError, UnsupportedVersionError
+from . import codecs, tree_codec
+from .checksum import checksum
+from .layout import (
+    ALIGNMENT, DTYPES, END_MAGIC, FORMAT_VERSION, MAGIC, PREAMBLE, TRAILER,
+)
+
+_INDEX_KEYS = {"dtype", "shape", "offset", "nbytes", "stored", "codec", "checksum"}
+
+
+def _corrupt(path, what) -> CorruptFileError:
+    return CorruptFileError(f"{path}: {what}")
+
+
+def _read_exact(f, n: int, path, what: str) -> bytes:
+    data = f.read(n)
+    if len(data) != n:
+        raise _corrupt(path, f"truncated while reading {what} ({len(data)} of {n} bytes)")
+    return data
+
+
+def _open_header(f, path) -> tuple[dict, int]:
+    size = os.fstat(f.fileno()).st_size
+    if size < PREAMBLE.size + TRAILER.size:
+        raise _corrupt(path, f"{size} bytes is too short for an nkserde file (empty or truncated)")
+    magic, version, _flags = PREAMBLE.unpack(_read_exact(f, PREAMBLE.size, path, "preamble"))
+    if magic != MAGIC:
+        raise _corrupt(path, f"bad magic bytes {magic!r}: not an nkserde file")
+    if version > FORMAT_VERSION:
+        raise UnsupportedVersionError(
+            f"{path}: file format version {version} is newer than this nkserde "
+            f"supports (format version {FORMAT_VERSION}); upgrade nkserde")
+    if version < 1:
+        raise _corrupt(path, f"invalid format version {version}")
+    f.seek(size - TRAILER.size)
+    offset, length, digest, end = TRAILER.unpack(_read_exact(f, TRAILER.size, path, "trailer"))
+    if end != END_MAGIC:
+        raise _corrupt(path, "bad trailer magic: the file is truncated or was not completely written")
+    if offset + length + TRAILER.size != size or offset < PREAMBLE.size:
+        raise _corrupt(path, f"header position {offset}+{length} does not fit a file of {size} bytes")
+    f.seek(offset)
+    raw = _read_exact(f, length, path, "header")
+    if checksum(raw) != digest:
+        raise _corrupt(path, "header checksum mismatch: the header is damaged")
+    try:
+        header = msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
+    except Exception as exc:  # msgpack raises many types; all mean the same here
+        raise _corrupt(path, f"header is not valid msgpack ({type(exc).__name__}: {exc})") from None
+    if (not isinstance(header, dict) or header.get("format_version") != version
+            or not isinstance(header.get("meta"), dict) or "tree" not in header
+            or not isinstance(header.get("arrays"), list)):
+        raise _corrupt(path, "header does not have the nkserde layout")
+    return header, offset
+
+
+def read_header(path) -> dict:
+    """The validated header: ``{format_version, meta, tree, arrays}``; the tree
+    still holds ``{"@array": i}`` references."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        return _open_header(f, path)[0]
+
+
+def _check_entry(entry, i, payload_end, path):
+    if not isinstance(entry, dict) or set(entry) != _INDEX_KEYS:
+        raise _corrupt(path, f"array {i}: malformed index entry")
+    dtype, shape = entry["dtype"], entry["shape"]
+    if dtype not in DTYPES:
+        raise _corrupt(path, f"array {i}: unknown dtype {dtype!r}")
+    if (not isinstance(shape, list) or
+            not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
+        raise _corrupt(path, f"array {i}: malformed shape {shape!r}")
+    ints = [entry[k] for k in ("offset", "nbytes", "stored", "checksum")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
+        raise _corrupt(path, f"array {i}: malformed offset/length/checksum")
+    if entry["nbytes"] != math.prod(shape) * DTYPES[dtype].itemsize:
+        raise _corrupt(path, f"array {i}: {entry['nbytes']} bytes do not match shape {shape} of {dtype}")
+    if entry["codec"] not in codecs.CODECS:
+        raise _corrupt(path, f"array {i}: unknown codec {entry['codec']!r}")
+    if entry["codec"] == codecs.RAW and entry["stored"] != entry["nbytes"]:
+        raise _corrupt(path, f"array {i}: raw array with stored length != size")
+    if entry["offset"] % ALIGNMENT or entry["offset"] + entry["stored"] > payload_end:
+        raise _corrupt(path, f"array {i}: payload position out of bounds")
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    """A uint8 buffer whose address is a multiple of ALIGNMENT, so that JAX
+    can alias it instead of copying."""
+    buf = np.empty(nbytes + ALIGNMENT, np.uint8)
+    start = (-buf.ctypes.data) % ALIGNMENT
+    return buf[start : start + nbytes]
+
+
+def _read_array(f, entry, i, path) -> np.ndarray:
+    dtype, shape, nbytes = DTYPES[entry["dtype"]], tuple(entry["shape"]), entry["nbytes"]
+    out = aligned_empty(nbytes)
+    f.seek(entry["offset"])
+    if entry["codec"] == codecs.RAW:
+        view = memoryview(out)
+        filled = 0
+        while filled < nbytes:
+            n = f.readinto(view[filled:])
+            if not n:
+                raise _corrupt(path, f"array {i}: truncated payload")
+            filled += n
+        if checksum(out) != entry["checksum"]:
+            raise _corrupt(path, f"array {i} ({entry['dtype']}{list(shape)}): payload checksum mismatch")
+    else:
+        # Verify the stored frame before zstd sees it: a damaged or hostile
+        # frame never reaches the decompressor. Compressed frames are small
+        # (small arrays, or near-constant large ones), so holding one is cheap.
+        frame = _read_exact(f, entry["stored"], path, f"array {i}")
+        if checksum(frame) != entry["checksum"]:
+            raise _corrupt(path, f"array {i} ({entry['dtype']}{list(shape)}): payload checksum mismatch")
+        view, filled = memoryview(out), 0
+        try:
+            reader = codecs.stream_reader(frame)
+            while filled < nbytes:
+                n = reader.readinto(view[filled:])
+                if not n:
+                    break
+                filled += n
+            extra = reader.read(1)
+        except codecs.ZstdError as exc:
+            raise _corrupt(path, f"array {i}: zstd payload is damaged ({exc})") from None
+        if filled != nbytes or extra:
+            raise _corrupt(path, f"array {i}: payload does not decompress to {nbytes} bytes")
+    return out.view(dtype).reshape(shape)
+
+
+def read_file(path) -> tuple[dict, object]:
+    """Reads and verifies a whole file. Returns ``(header, tree)`` where the
+    tree holds numpy arrays (64-byte aligned, owned by the caller)."""
+    path = Path(path)
+    with open(path, "rb", buffering=0) as f:
+        header, payload_end = _open_header(f, path)
+        arrays = []
+        for i, entry in enumerate(header["arrays"]):
+            _check_entry(entry, i, payload_end, path)
+            arrays.append(_read_array(f, entry, i, path))
+    try:
+        tree = tree_codec.decode(header["tree"], arrays, set())
+    except (ValueError, RecursionError) as exc:
+        raise _corrupt(path, f"header tree is malformed: {exc}") from None
+    return header, tree

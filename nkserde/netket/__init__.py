@@ -1,0 +1,8 @@
+"""nkserde registrations of NetKet (and optax/numpy) types, one module per
+NetKet area. They describe *what* is stored: field names, and how to
+rebuild an object from its template. They know nothing about files.
+
+The on-disk schema of each type is documented in ``docs/schema.md``.
+"""
+
+from . import pytrees, optimizers, samplers, vqs, dynamics, drivers  # noqa: F401  (registration side effects)

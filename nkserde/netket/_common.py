@@ -1,0 +1,33 @@
+"""Helpers shared by the NetKet registrations."""
+
+from __future__ import annotations
+
+import copy
+
+from .. import registry
+
+
+def register_attributes(cls, name: str, fields: dict[str, str], *, version: int = 1,
+                        doc: str = "", subclasses: bool = False, immutable: bool = False):
+    """Registers ``cls`` as a record of attributes: ``fields`` maps the
+    nkserde field name to the attribute that holds it.
+
+    Loading builds the new object from the template: ``template.replace(...)``
+    for immutable pytrees, else a shallow copy with the restored attributes
+    set on it. Everything not stored (operators, models, closures,
+    hyperparameters) is the template's."""
+
+    def to_state(obj):
+        return {key: getattr(obj, attr) for key, attr in fields.items()}
+
+    def from_state(template, restored):
+        values = {attr: restored[key] for key, attr in fields.items()}
+        if immutable:
+            return template.replace(**values)
+        new = copy.copy(template)
+        for attr, value in values.items():
+            object.__setattr__(new, attr, value)
+        return new
+
+    return registry.register(cls, name=name, version=version, to_state=to_state,
+                             from_state=from_state, doc=doc, subclasses=subclasses)

@@ -1,0 +1,113 @@
+"""Variational states: MCState, MCMixedState, FullSumState.
+
+Schema (docs/schema.md): the model's variables are split into
+``parameters`` (the flax ``params`` collection: what the optimizer changes)
+and ``model_state`` (every other collection: batch statistics, frozen
+parameters, caches), so a change of NetKet's own attribute layout does not
+change the file.
+
+NetKet 3.23 has no full-summation *mixed* state; when it gains one it gets a
+registration here.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import netket as nk
+
+from .. import registry
+
+
+def _split_variables(variables) -> tuple[dict, dict]:
+    variables = dict(variables)
+    params = variables.pop("params", {})
+    return params, variables
+
+
+def _join_variables(parameters, model_state) -> dict:
+    return {"params": parameters, **model_state}
+
+
+# MCState ----------------------------------------------------------------------
+
+
+def _mc_to_state(vs: nk.vqs.MCState) -> dict:
+    parameters, model_state = _split_variables(vs.variables)
+    # As NetKet does: while samples are cached, store the sampler state they
+    # were drawn from, so a loaded state draws the very same samples again.
+    sampler_state = vs._sampler_state_previous if vs._samples is not None else vs.sampler_state
+    return {
+        "parameters": parameters,
+        "model_state": model_state,
+        "sampler_state": sampler_state,
+        "sampler_seed": vs._sampler_seed,
+        "n_samples": vs.n_samples,
+        "n_discard_per_chain": vs.n_discard_per_chain,
+        "chunk_size": vs.chunk_size,
+    }
+
+
+def _mc_from_state(template: nk.vqs.MCState, f: dict) -> nk.vqs.MCState:
+    new = copy.copy(template)
+    new.reset()
+    new.variables = _join_variables(f["parameters"], f["model_state"])
+    new.sampler_state = f["sampler_state"]
+    new._sampler_state_previous = f["sampler_state"]
+    new._sampler_seed = f["sampler_seed"]
+    new.n_samples = f["n_samples"]
+    new.n_discard_per_chain = f["n_discard_per_chain"]
+    new.chunk_size = f["chunk_size"]
+    return new
+
+
+registry.register(
+    nk.vqs.MCState, name="netket.vqs.MCState", version=1,
+    to_state=_mc_to_state, from_state=_mc_from_state, subclasses=True,
+    doc="parameters: params pytree; model_state: {collection: pytree}; sampler_state; "
+        "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None")
+
+
+# MCMixedState -----------------------------------------------------------------
+
+
+def _mixed_to_state(vs: nk.vqs.MCMixedState) -> dict:
+    out = _mc_to_state(vs)
+    out["diagonal"] = vs.diagonal
+    return out
+
+
+def _mixed_from_state(template: nk.vqs.MCMixedState, f: dict) -> nk.vqs.MCMixedState:
+    new = _mc_from_state(template, f)
+    new._diagonal = f["diagonal"]
+    # the diagonal shares the density matrix's variables
+    new._diagonal.variables = new.variables
+    return new
+
+
+registry.register(
+    nk.vqs.MCMixedState, name="netket.vqs.MCMixedState", version=1,
+    to_state=_mixed_to_state, from_state=_mixed_from_state, subclasses=True,
+    doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)")
+
+
+# FullSumState -----------------------------------------------------------------
+
+
+def _fullsum_to_state(vs: nk.vqs.FullSumState) -> dict:
+    parameters, model_state = _split_variables(vs.variables)
+    return {"parameters": parameters, "model_state": model_state, "chunk_size": vs.chunk_size}
+
+
+def _fullsum_from_state(template: nk.vqs.FullSumState, f: dict) -> nk.vqs.FullSumState:
+    new = copy.copy(template)
+    new.reset()
+    new.variables = _join_variables(f["parameters"], f["model_state"])
+    new.chunk_size = f["chunk_size"]
+    return new
+
+
+registry.register(
+    nk.vqs.FullSumState, name="netket.vqs.FullSumState", version=1,
+    to_state=_fullsum_to_state, from_state=_fullsum_from_state, subclasses=True,
+    doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None")

@@ -1,0 +1,279 @@
+"""Objects <-> nkserde state dicts.
+
+A *state dict* is nested dicts and lists whose leaves are numpy arrays and
+Python scalars (``None``, bool, int, float, complex, str, bytes). A registered
+object becomes a dict ``{"@type": name, "@version": v, **fields}``.
+
+:func:`from_state_dict` walks the *template*, as flax does: the template
+decides the structure and the types, the state dict provides the numbers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from . import registry
+from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
+
+TYPE, VERSION = "@type", "@version"
+_SCALARS = (bool, int, float, complex, str, bytes)
+
+
+def _is_key_array(x) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def _host_array(x: jax.Array) -> np.ndarray:
+    if not x.is_fully_addressable:
+        from jax.experimental import multihost_utils
+
+        x = multihost_utils.process_allgather(x, tiled=True)
+    return np.asarray(x)  # zero-copy for CPU arrays
+
+
+# --------------------------------------------------------------------------- save
+
+
+def to_state_dict(obj, path=()) -> Any:
+    """The state dict of ``obj``; raises UnregisteredTypeError naming the path
+    of the first value nkserde does not know how to store."""
+    if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
+        return obj
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            raise UnregisteredTypeError(f"{format_path(path)}: arrays of Python objects cannot be stored")
+        return obj
+    if isinstance(obj, np.generic):
+        return np.asarray(obj)
+    if isinstance(obj, jax.Array):
+        if _is_key_array(obj):
+            return _node(KEY_REGISTRATION, obj, path)
+        return _host_array(obj)
+    reg = registry.lookup(type(obj))
+    if reg is not None:
+        return _node(reg, obj, path)
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            key = _key(k, path)
+            out[key] = to_state_dict(v, path + (key,))
+        return out
+    if type(obj) in (list, tuple):
+        return [to_state_dict(v, path + (i,)) for i, v in enumerate(obj)]
+    raise registry.unregistered(obj, path)
+
+
+def _key(k, path) -> str:
+    if isinstance(k, bool) or not isinstance(k, (str, int)):
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: dict key {k!r} of type {type(k).__name__}; keys must be str or int")
+    k = str(k)
+    if k.startswith("@"):
+        raise UnregisteredTypeError(f"{format_path(path)}: dict key {k!r}: keys starting with '@' are reserved")
+    return k
+
+
+def _node(reg: registry.Registration, obj, path) -> dict:
+    fields = reg.to_state(obj)
+    out = {TYPE: reg.name, VERSION: reg.version}
+    for k, v in fields.items():
+        key = _key(k, path)
+        out[key] = to_state_dict(v, path + (key,))
+    return out
+
+
+# --------------------------------------------------------------------------- load
+
+
+def _describe(x) -> str:
+    if isinstance(x, dict) and TYPE in x:
+        return f"{x[TYPE]} (schema version {x.get(VERSION)})"
+    if isinstance(x, (np.ndarray, jax.Array, np.generic)):
+        return f"array {x.dtype}{list(np.shape(x))}"
+    if isinstance(x, Mapping):
+        return f"dict with keys {sorted(map(str, x))[:8]}"
+    if isinstance(x, (list, tuple)):
+        return f"{type(x).__name__} of length {len(x)}"
+    if x is None:
+        return "None"
+    return f"{type(x).__name__} {x!r}"[:80]
+
+
+def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
+    why = f" ({why})" if why else ""
+    return TemplateMismatchError(
+        f"{format_path(path)}: file has {_describe(found)}, template has {_describe(template)}{why}")
+
+
+def from_state_dict(template, state, path=()) -> Any:
+    """A new object shaped like ``template`` holding the values of ``state``.
+    The template is not mutated."""
+    if state is None:  # an optional value that was unset when saved
+        return None
+    if isinstance(template, jax.Array) and _is_key_array(template):
+        return _restore_node(KEY_REGISTRATION, template, state, path)
+    if isinstance(template, (np.ndarray, np.generic, jax.Array)):
+        return _restore_array(template, state, path)
+    if template is None:
+        return _untemplated(state, path)
+    if isinstance(template, _SCALARS):
+        return _restore_scalar(template, state, path)
+    reg = registry.lookup(type(template))
+    if reg is not None:
+        return _restore_node(reg, template, state, path)
+    if isinstance(template, Mapping):
+        if not isinstance(state, dict) or TYPE in state:
+            raise mismatch(path, state, template)
+        keys = {_key(k, path): k for k in template}
+        _check_keys(path, state, keys, template)
+        restored = {k: from_state_dict(template[k], state[s], path + (s,)) for s, k in keys.items()}
+        return restored if type(template) is dict else type(template)(restored)
+    if type(template) in (list, tuple):
+        if not isinstance(state, list) or len(state) != len(template):
+            raise mismatch(path, state, template)
+        out = [from_state_dict(t, s, path + (i,)) for i, (t, s) in enumerate(zip(template, state))]
+        return out if type(template) is list else tuple(out)
+    raise registry.unregistered(template, path)
+
+
+def _check_keys(path, state, keys, template):
+    found = {k for k in state if k not in (TYPE, VERSION)}
+    missing, extra = sorted(set(keys) - found), sorted(found - set(keys))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing in file: {missing}")
+        if extra:
+            parts.append(f"not in template: {extra}")
+        raise mismatch(path, state, template, "; ".join(parts))
+
+
+def _restore_node(reg: registry.Registration, template, state, path):
+    if not isinstance(state, dict) or not isinstance(state.get(TYPE), str):
+        raise mismatch(path, state, template, f"expected a stored {reg.name}")
+    name, version = state[TYPE], state.get(VERSION)
+    if not registry.known_name(name):
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: the file holds type {name!r}, which has no registration here "
+            f"(the template expects {reg.name})")
+    if name != reg.name:
+        raise TemplateMismatchError(
+            f"{format_path(path)}: file has {name}, template has {reg.name}")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise mismatch(path, state, template, "malformed schema version")
+    fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
+    fields = registry.upgrade(name, version, fields, reg.version, path)
+    template_fields = reg.to_state(template)
+    keys = {_key(k, path): k for k in template_fields}
+    _check_keys(path, fields, keys, template)
+    restored = {
+        k: from_state_dict(template_fields[k], fields[s], path + (s,)) for s, k in keys.items()
+    }
+    return reg.from_state(template, restored)
+
+
+def _restore_array(template, state, path):
+    if not isinstance(state, np.ndarray):
+        if isinstance(state, _SCALARS) and np.ndim(template) == 0:
+            state = np.asarray(state)  # a Python number where an array scalar is expected
+            if state.dtype.kind != np.asarray(template).dtype.kind:
+                raise mismatch(path, state, template)
+            state = state.astype(template.dtype)
+        else:
+            raise mismatch(path, state, template)
+    t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
+    if state.shape != t_shape or state.dtype != t_dtype:
+        raise mismatch(path, state, template)
+    if isinstance(template, np.ndarray):
+        return state
+    if isinstance(template, np.generic):
+        return state[()]
+    return to_device(state, template)
+
+
+def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:
+    """A JAX array with ``template``'s sharding (and weak type) holding
+    ``array``. Aliases the numpy buffer when it is suitably aligned."""
+    sharding = template.sharding
+    if template.is_fully_addressable:
+        out = jax.device_put(array, sharding, may_alias=True)
+    else:
+        out = jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
+    if getattr(template, "weak_type", False):
+        out = _weak(out)
+    return out
+
+
+def _weak(x):
+    # Weak typing changes dtype promotion (a weak f64 scalar times an f32
+    # array stays f32): restore it so a resumed run computes the same dtypes.
+    from jax._src.lax.lax import _convert_element_type
+
+    return _convert_element_type(x, x.dtype, weak_type=True)
+
+
+def _restore_scalar(template, state, path):
+    if isinstance(state, np.ndarray) and state.ndim == 0:
+        state = state.item()
+    # bool is a subclass of int; keep the two apart, let int widen to float.
+    kinds = (bool, int, float, complex, str, bytes)
+    t_kind = next(k for k in kinds if isinstance(template, k))
+    s_kind = next((k for k in kinds if isinstance(state, k)), None)
+    if s_kind is t_kind or (t_kind is float and s_kind is int) or (t_kind is complex and s_kind in (int, float)):
+        return t_kind(state)
+    raise mismatch(path, state, template)
+
+
+def _untemplated(state, path):
+    """A value stored where the template holds None (e.g. a momentum buffer
+    that is created at the first step): rebuilt from the file alone, with
+    arrays as JAX arrays. Registered objects need a template."""
+    if isinstance(state, dict):
+        if TYPE in state:
+            raise mismatch(path, state, None, "a stored object needs a template object to load into")
+        return {k: _untemplated(v, path + (k,)) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_untemplated(v, path + (i,)) for i, v in enumerate(state)]
+    if isinstance(state, np.ndarray):
+        return jax.device_put(state, may_alias=True)
+    return state
+
+
+# --------------------------------------------------------------------------- built-in types
+
+
+def _key_to_state(key):
+    return {"impl": str(jax.random.key_impl(key)), "data": jax.random.key_data(key)}
+
+
+def _key_from_state(template, fields):
+    impl = str(jax.random.key_impl(template))
+    # The file's impl is compared, never used to pick code.
+    if fields["impl"] != impl:
+        raise TemplateMismatchError(f"PRNG key implementation {fields['impl']!r} in file, {impl!r} in template")
+    return jax.random.wrap_key_data(fields["data"], impl=jax.random.key_impl(template))
+
+
+KEY_REGISTRATION = registry.Registration(
+    "jax.random.key", 1, _key_to_state, _key_from_state,
+    doc="impl: str, the PRNG implementation name; data: uint32[..., k], the key data")
+registry._BY_NAME[KEY_REGISTRATION.name] = KEY_REGISTRATION
+
+
+def _namedtuple_rule(cls):
+    if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_asdict")):
+        return None
+    top = cls.__module__.split(".")[0]
+    # optax moves its state classes between private modules; its public
+    # namespace is stable, so name optax states by it.
+    name = f"optax.{cls.__qualname__}" if top == "optax" else f"{cls.__module__}.{cls.__qualname__}"
+    return registry.Registration(
+        name, 1, lambda t: t._asdict(), lambda template, f: type(template)(**f),
+        doc="NamedTuple: one entry per field, in the tuple's own field names")
+
+
+registry.add_rule(_namedtuple_rule)
