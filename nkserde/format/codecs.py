@@ -2,15 +2,22 @@
 
 The choice is made per array, by trying, and recorded in the header:
 
-* arrays up to ``SMALL`` bytes are compressed whole at level 1 and kept
-  compressed if that saves at least 10%: at that size time does not matter,
-  bytes (and a shared file system's round trips) do. Typical int8 Monte Carlo
-  chains (1024 chains x 1000 sites = 1 MB) fall here.
-* larger arrays are sampled (three slices); they are compressed only if the
-  sample shrinks to ``LARGE_RATIO`` or less. Only near-constant data (zeros,
-  repeated values) compresses that well, and zstd handles it at several GB/s.
-  Anything else (random weights, big int8 chains at ratio ~0.2 but only
-  ~0.25 GB/s) is written raw: compressing it would be slower than the disk.
+* tiny arrays (up to ``TINY`` bytes) are compressed whole at level 1 and kept
+  compressed if that saves at least 10%.
+* every other array is first *sampled*: three slices of ``SAMPLE`` bytes
+  (start, middle, end) are compressed, which costs a few percent of writing
+  the array. Then
+  - up to ``SMALL`` bytes, a sample that shrinks to ``SMALL_SAMPLE_RATIO``
+    or less means the whole array is compressed and kept if it saves 10%:
+    at that size time hardly matters, bytes (and a shared file system's
+    round trips) do. Typical int8 Monte Carlo chains (1024 chains x 1000
+    sites = 1 MB, ratio ~0.2) fall here;
+  - larger arrays are compressed only if the sample shrinks to
+    ``LARGE_RATIO`` or less. Only near-constant data (zeros, repeated
+    values) compresses that well, and zstd handles it at several GB/s.
+    Anything else (random weights at ratio ~0.95, big int8 chains at ratio
+    ~0.2 but only ~0.25 GB/s) is written raw: compressing it would be slower
+    than the disk.
 
 The choice depends only on the bytes, so the same state gives the same file.
 """
@@ -23,12 +30,24 @@ RAW = "raw"
 ZSTD = "zstd"
 CODECS = (RAW, ZSTD)
 
+TINY = 4 << 10
 SMALL = 1 << 20
-SMALL_RATIO = 0.9
+SAMPLE = 4 << 10
+KEEP_RATIO = 0.9
+SMALL_SAMPLE_RATIO = 0.5
 LARGE_RATIO = 0.05
-SAMPLE = 64 << 10
 LEVEL = 1
 CHUNK = 4 << 20  # streaming granularity: bounds extra memory per array
+
+
+def _compress(data) -> bytes:
+    return zstandard.ZstdCompressor(level=LEVEL).compress(data)
+
+
+def _sample_ratio(data: memoryview) -> float:
+    step = data.nbytes // 3
+    sample = b"".join(bytes(data[i * step : i * step + SAMPLE]) for i in range(3))
+    return len(_compress(sample)) / len(sample)
 
 
 def choose_codec(data: memoryview) -> tuple[str, bytes | None]:
@@ -37,13 +56,14 @@ def choose_codec(data: memoryview) -> tuple[str, bytes | None]:
     n = data.nbytes
     if n == 0:
         return RAW, None
-    if n <= SMALL:
-        frame = zstandard.ZstdCompressor(level=LEVEL).compress(data)
-        return (ZSTD, frame) if len(frame) <= SMALL_RATIO * n else (RAW, None)
-    step = n // 3
-    sample = b"".join(bytes(data[i * step : i * step + SAMPLE]) for i in range(3))
-    ratio = len(zstandard.ZstdCompressor(level=LEVEL).compress(sample)) / len(sample)
-    return (ZSTD, None) if ratio <= LARGE_RATIO else (RAW, None)
+    if n > TINY:
+        ratio = _sample_ratio(data)
+        if n > SMALL:
+            return (ZSTD, None) if ratio <= LARGE_RATIO else (RAW, None)
+        if ratio > SMALL_SAMPLE_RATIO:
+            return RAW, None
+    frame = _compress(data)
+    return (ZSTD, frame) if len(frame) <= KEEP_RATIO * n else (RAW, None)
 
 
 def compress_stream(data: memoryview, write, hasher) -> int:
