@@ -4,6 +4,7 @@ file format here."""
 from __future__ import annotations
 
 import datetime
+import functools
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -27,11 +28,17 @@ def from_state_dict(template, state) -> object:
     return tree.from_state_dict(template, state)
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+@functools.cache
+def _library_versions() -> dict:
+    # importlib.metadata lookups cost ~0.5 ms each: once per process
+    def version(dist):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {"nkserde": version("nkserde"), "netket": version("netket"), "jax": jax.__version__,
+            "flax": version("flax"), "numpy": version("numpy"), "python": platform.python_version()}
 
 
 def _types(state, found: dict) -> dict:
@@ -59,12 +66,7 @@ def save(obj, path) -> Path:
     path = Path(path)
     state = tree.to_state_dict(obj)
     meta = {
-        "nkserde": _version("nkserde"),
-        "netket": _version("netket"),
-        "jax": jax.__version__,
-        "flax": _version("flax"),
-        "numpy": _version("numpy"),
-        "python": platform.python_version(),
+        **_library_versions(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "process_count": jax.process_count(),
         "root_type": _root_type(obj, state),

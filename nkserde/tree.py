@@ -224,7 +224,10 @@ def _restore_scalar(template, state, path):
     t_kind = next(k for k in kinds if isinstance(template, k))
     s_kind = next((k for k in kinds if isinstance(state, k)), None)
     if s_kind is t_kind or (t_kind is float and s_kind is int) or (t_kind is complex and s_kind in (int, float)):
-        return t_kind(state)
+        try:
+            return type(template)(state)  # keeps IntFlag, str subclasses...
+        except (TypeError, ValueError):
+            return t_kind(state)
     raise mismatch(path, state, template)
 
 
