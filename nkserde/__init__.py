@@ -7,15 +7,20 @@ Public API::
     nkserde.state_dict(obj)              -> nested dicts of numpy arrays / scalars
     nkserde.from_state_dict(template, sd)
     nkserde.info(path)                   -> dict of metadata
+    nkserde.verify(path)                 -> info, after checking every checksum
     nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
     nkserde.migration(name, from_version)
     nkserde.errors
+    nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
+    nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
 """
 
 from . import errors
-from .api import from_state_dict, info, load, save, state_dict
+from .api import from_state_dict, info, load, save, save_state_dict, state_dict, verify
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402
+from .checkpoint import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["errors", "from_state_dict", "info", "load", "migration", "register", "save", "state_dict"]
+__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "migration", "register", "save",
+           "save_state_dict", "state_dict", "verify"]

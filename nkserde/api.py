@@ -53,23 +53,29 @@ def _types(state, found: dict) -> dict:
     return found
 
 
-def _root_type(obj, state) -> str:
+def _root_type(state, fallback: str) -> str:
     if isinstance(state, dict) and tree.TYPE in state:
         return state[tree.TYPE]
-    return type(obj).__name__
+    return fallback
 
 
 def save(obj, path) -> Path:
     """Writes ``obj`` to ``path`` as one nkserde file, atomically: after a
     crash at any point ``path`` holds either its previous content or the
     complete new file. Returns the path."""
+    return save_state_dict(tree.to_state_dict(obj), path, root_type=type(obj).__name__)
+
+
+def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
+    """Writes a state dict (as returned by :func:`state_dict`) to ``path``,
+    atomically. Lets a caller take the state dict now (a cheap host
+    snapshot) and write it later, e.g. from a background thread."""
     path = Path(path)
-    state = tree.to_state_dict(obj)
     meta = {
         **_library_versions(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "process_count": jax.process_count(),
-        "root_type": _root_type(obj, state),
+        "root_type": _root_type(state, root_type or type(state).__name__),
         "types": _types(state, {}),
     }
     return fileformat.write_file(path, state, meta)
@@ -96,3 +102,11 @@ def info(path) -> dict:
     return {"format_version": header["format_version"], **header["meta"],
             "n_arrays": len(header["arrays"]),
             "payload_bytes": sum(a["stored"] for a in header["arrays"] if isinstance(a, dict))}
+
+
+def verify(path) -> dict:
+    """Reads the whole file and checks the header and every array checksum,
+    without a template. Returns what :func:`info` returns; raises
+    CorruptFileError (or UnsupportedVersionError) otherwise."""
+    fileformat.read_file(Path(path))
+    return info(path)

@@ -47,6 +47,10 @@ class Registration:
       to_state: object -> dict of fields.
       from_state: (template, restored fields) -> new object.
       doc: one line per field, for the schema documentation.
+      free_fields: fields restored from the file alone, as plain dicts,
+        lists, numpy arrays and scalars, whatever the template holds there:
+        for data whose structure grows during a run (a logger's history),
+        where the template is empty by nature.
     """
 
     name: str
@@ -54,6 +58,7 @@ class Registration:
     to_state: ToState
     from_state: FromState
     doc: str = ""
+    free_fields: frozenset = frozenset()
 
 
 _BY_TYPE: dict[type, Registration] = {}
@@ -66,7 +71,8 @@ _RULE_CACHE: dict[type, Any] = {}
 
 
 def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
-             from_state: FromState, subclasses: bool = False, doc: str = "") -> Registration:
+             from_state: FromState, subclasses: bool = False, doc: str = "",
+             free_fields=()) -> Registration:
     """Registers ``cls`` (and, with ``subclasses=True``, its subclasses that
     have no registration of their own). Re-registering a type replaces it.
     Returns the Registration."""
@@ -78,7 +84,7 @@ def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
     owner = next((t for t, r in _BY_TYPE.items() if r is other), None)
     if other is not None and owner is not None and owner is not cls:
         raise ValueError(f"name {name!r} is already registered for {owner.__qualname__}")
-    reg = Registration(name, version, to_state, from_state, doc)
+    reg = Registration(name, version, to_state, from_state, doc, frozenset(free_fields))
     _BY_TYPE[cls] = reg
     _BY_NAME[name] = reg
     if subclasses and cls not in _SUBCLASS_TYPES:

@@ -171,7 +171,9 @@ def _restore_node(reg: registry.Registration, template, state, path):
     keys = {_key(k, path): k for k in template_fields}
     _check_keys(path, fields, keys, template)
     restored = {
-        k: from_state_dict(template_fields[k], fields[s], path + (s,)) for s, k in keys.items()
+        k: _untemplated(fields[s], path + (s,), to_jax=False) if s in reg.free_fields
+        else from_state_dict(template_fields[k], fields[s], path + (s,))
+        for s, k in keys.items()
     }
     return reg.from_state(template, restored)
 
@@ -231,17 +233,18 @@ def _restore_scalar(template, state, path):
     raise mismatch(path, state, template)
 
 
-def _untemplated(state, path):
-    """A value stored where the template holds None (e.g. a momentum buffer
-    that is created at the first step): rebuilt from the file alone, with
-    arrays as JAX arrays. Registered objects need a template."""
+def _untemplated(state, path, to_jax=True):
+    """A value rebuilt from the file alone: where the template holds None
+    (e.g. a momentum buffer created at the first step; arrays become JAX
+    arrays) or for a registration's free fields (arrays stay numpy).
+    Registered objects need a template."""
     if isinstance(state, dict):
         if TYPE in state:
             raise mismatch(path, state, None, "a stored object needs a template object to load into")
-        return {k: _untemplated(v, path + (k,)) for k, v in state.items()}
+        return {k: _untemplated(v, path + (k,), to_jax) for k, v in state.items()}
     if isinstance(state, list):
-        return [_untemplated(v, path + (i,)) for i, v in enumerate(state)]
-    if isinstance(state, np.ndarray):
+        return [_untemplated(v, path + (i,), to_jax) for i, v in enumerate(state)]
+    if isinstance(state, np.ndarray) and to_jax:
         return jax.device_put(state, may_alias=True)
     return state
 

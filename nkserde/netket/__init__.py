@@ -5,4 +5,4 @@ rebuild an object from its template. They know nothing about files.
 The on-disk schema of each type is documented in ``docs/schema.md``.
 """
 
-from . import pytrees, optimizers, samplers, vqs, dynamics, drivers  # noqa: F401  (registration side effects)
+from . import pytrees, optimizers, samplers, vqs, dynamics, drivers, loggers  # noqa: F401  (registration side effects)

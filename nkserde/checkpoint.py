@@ -1,0 +1,558 @@
+"""The Checkpoint callback: save as a run goes, resume when the same script
+runs again.
+
+    ckpt = nkserde.Checkpoint("ckpt", every=50)
+    driver.run(1000, out=log, callback=ckpt)
+
+First run: a checkpoint every ``every`` steps, at the end of the run, and
+when the run stops early (StopRun, an exception, Ctrl-C, SIGTERM/SIGUSR1).
+Same script again: ``on_run_start`` loads the newest checkpoint that
+verifies, restores the driver *in place* (the user's variational state
+object included), the history of every logger and the state of every
+stateful callback of the run, and sets ``step_count`` (and, through the
+integrator, ``t``). NetKet fixes the end of a run before ``on_run_start``,
+so the same ``run(...)`` call then does only the remaining steps.
+
+This module uses nkserde like a user does: ``save_state_dict`` / ``load`` /
+``verify``. One checkpoint is one file ``step-<completed steps>.nks``; the
+directory also holds ``fingerprint.json`` (what defines the run) and, while
+a run is active, ``.lock``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import warnings
+import weakref
+from pathlib import Path
+from typing import Any
+
+import jax
+import netket as nk
+import numpy as np
+from netket.utils import struct
+
+from . import api
+from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
+from .format.atomic import atomic_write
+
+RESUME_MODES = ("auto", "force", "never", "must")
+_STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _stateful(callback) -> bool:
+    """Callbacks whose state nkserde stores: NetKet pytrees with fields
+    NetKet marks serializable (EarlyStopping, ConvergenceStopping, ...)."""
+    cls = type(callback)
+    if not isinstance(callback, struct.Pytree) or isinstance(callback, Checkpoint):
+        return False
+    skip = set(cls._pytree__noserialize_fields) | {"_pytree__node_fields"}
+    return any(f not in skip for f in cls._pytree__fields)
+
+
+def _run_callbacks() -> tuple:
+    """The callbacks of the running ``driver.run`` call: NetKet does not
+    hand them to a callback, so find the CallbackList that is calling us."""
+    from netket._src.callbacks.callback_list import CallbackList
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        owner = frame.f_locals.get("self")
+        if isinstance(owner, CallbackList):
+            return tuple(owner.callbacks)
+        frame = frame.f_back
+    return ()
+
+
+def fingerprint(driver) -> dict[str, str]:
+    """What defines a run, as readable strings: driver type, operator,
+    model and its hyperparameters, sampler and its settings, sample counts,
+    preconditioner/integrator settings, parameter shapes and dtypes."""
+    fp: dict[str, str] = {"driver": type(driver).__qualname__}
+    for attr in ("_ham", "_generator", "_lind", "operator"):
+        op = getattr(driver, attr, None)
+        if op is not None:
+            fp["operator"] = repr(op)
+            break
+    vs = driver.state
+    fp["variational_state"] = type(vs).__qualname__
+    fp["model"] = repr(vs.model)
+    if hasattr(vs, "sampler"):
+        fp["sampler"] = repr(vs.sampler)
+        fp["n_samples"] = repr(vs.n_samples)
+        fp["n_chains"] = repr(vs.sampler.n_chains)
+        fp["n_discard_per_chain"] = repr(vs.n_discard_per_chain)
+    for attr, key in (("_preconditioner", "preconditioner"), ("_optimizer", "optimizer")):
+        value = getattr(driver, attr, None)
+        if value is not None and not callable(getattr(value, "init", None)):
+            fp[key] = repr(value)
+    integrator = getattr(driver, "_integrator", None)
+    if integrator is not None:
+        fp["integrator"] = f"{type(integrator._solver).__name__} {integrator._parameters!r}"
+    leaves = jax.tree_util.tree_leaves_with_path(vs.parameters)
+    fp["parameters"] = "; ".join(
+        f"{jax.tree_util.keystr(p)}: {np.dtype(x.dtype).name}{list(np.shape(x))}" for p, x in leaves)
+    return {k: _ADDRESS.sub("", v) for k, v in fp.items()}
+
+
+def fingerprint_changes(old: dict, new: dict) -> list[str]:
+    keys = sorted(set(old) | set(new))
+    return [f"{k}: {old.get(k, '<absent>')} -> {new.get(k, '<absent>')}"
+            for k in keys if old.get(k) != new.get(k)]
+
+
+class _Lock:
+    """``.lock`` in the checkpoint directory: host and pid of the owner. A
+    lock whose owner is a dead process of this host is stale and taken over."""
+
+    def __init__(self, directory: Path):
+        self.path = directory / ".lock"
+        self.held = False
+
+    def acquire(self):
+        me = f"{socket.gethostname()} {os.getpid()}"
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    host, pid = self.path.read_text().split()
+                except (OSError, ValueError):
+                    host, pid = "", "0"  # unreadable or half written: treat as stale
+                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                    continue
+                if f"{host} {pid}" == me:
+                    raise NkserdeError(f"{self.path.parent}: this process is already running "
+                                       "a checkpointed run on this directory") from None
+                raise NkserdeError(
+                    f"{self.path.parent}: checkpoint directory is in use by process {pid} on host "
+                    f"{host or '?'} (lock file {self.path}); two runs must not share a directory"
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(me)
+            self.held = True
+            return
+        raise NkserdeError(f"{self.path}: could not take over a stale lock")
+
+    def release(self):
+        if self.held:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.held = False
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _host_copy(state):
+    """A private copy of every array in a state dict: the background write
+    must not see buffers the run mutates or donates afterwards."""
+    if isinstance(state, dict):
+        return {k: _host_copy(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_host_copy(v) for v in state]
+    if isinstance(state, np.ndarray):
+        return np.array(state, copy=True)
+    return state
+
+
+_PENDING: weakref.WeakSet = weakref.WeakSet()
+
+
+@atexit.register
+def _wait_for_pending_writes():
+    for ckpt in list(_PENDING):
+        ckpt.wait()
+
+
+class Checkpoint(nk.callbacks.AbstractCallback):
+    """Saves a driver as it runs and resumes it when the same script runs again.
+
+    Args:
+      directory: where the checkpoints go (created if needed).
+      every: save every ``every`` completed steps (and always at the end).
+      keep: how many of the newest checkpoints to keep.
+      keep_every: also keep every checkpoint whose step is a multiple of it.
+      resume: ``"auto"`` (resume if there is a checkpoint of the same run,
+        refuse if the script changed), ``"force"`` (resume even if the
+        fingerprint changed, where shapes allow), ``"never"`` (start fresh;
+        old checkpoints are moved to ``previous-<time>/``, never deleted),
+        ``"must"`` (fail if there is nothing to resume).
+      loggers: loggers whose history to checkpoint besides those of the run
+        (loggers passed as ``out=`` are found automatically).
+      async_save: copy the state to host memory and write it from a
+        background thread; at most one write is in flight.
+      signals: on these signals, finish the current step, checkpoint and
+        stop the run cleanly (SLURM sends SIGTERM, or SIGUSR1 with
+        ``--signal``).
+
+    After ``on_run_start``, ``resumed_from`` is the step the run resumed
+    from, or None for a fresh start.
+    """
+
+    directory: Path = struct.field(pytree_node=False, serialize=False)
+    every: int = struct.field(pytree_node=False, serialize=False)
+    keep: int = struct.field(pytree_node=False, serialize=False)
+    keep_every: int | None = struct.field(pytree_node=False, serialize=False)
+    resume: str = struct.field(pytree_node=False, serialize=False)
+    loggers: tuple = struct.field(pytree_node=False, serialize=False)
+    async_save: bool = struct.field(pytree_node=False, serialize=False)
+    signals: tuple = struct.field(pytree_node=False, serialize=False)
+    resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
+    _lock: Any = struct.field(pytree_node=False, serialize=False)
+    _run_loggers: tuple = struct.field(pytree_node=False, serialize=False)
+    _run_callbacks: tuple = struct.field(pytree_node=False, serialize=False)
+    _completed: int = struct.field(pytree_node=False, serialize=False)
+    _last_saved: int | None = struct.field(pytree_node=False, serialize=False)
+    _signal_received: int | None = struct.field(pytree_node=False, serialize=False)
+    _previous_handlers: dict = struct.field(pytree_node=False, serialize=False)
+    _writer: Any = struct.field(pytree_node=False, serialize=False)
+    _write_error: Any = struct.field(pytree_node=False, serialize=False)
+    _active: bool = struct.field(pytree_node=False, serialize=False)
+    _dirty: bool = struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
+                 resume: str = "auto", loggers=(), async_save: bool = True,
+                 signals=(signal.SIGTERM, signal.SIGUSR1)):
+        if resume not in RESUME_MODES:
+            raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+        if every < 1 or keep < 1:
+            raise ValueError("every and keep must be >= 1")
+        self.directory = Path(directory)
+        self.every, self.keep, self.keep_every = int(every), int(keep), keep_every
+        self.resume = resume
+        self.loggers = tuple(loggers)
+        self.async_save = bool(async_save)
+        self.signals = tuple(signals)
+        self.resumed_from = None
+        self._lock = _Lock(self.directory)
+        self._run_loggers, self._run_callbacks = (), ()
+        self._completed, self._last_saved = 0, None
+        self._signal_received, self._previous_handlers = None, {}
+        self._writer, self._write_error = None, None
+        self._active = False
+        self._dirty = False  # a step has started changing the parameters
+
+    @property
+    def callback_order(self) -> int:
+        # After the loggers (10) and the stopping callbacks (100): a checkpoint
+        # holds what every other callback did during the step.
+        return 1000
+
+    # ------------------------------------------------------------------ files
+
+    def steps(self) -> list[int]:
+        """Steps that have a checkpoint file, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = (_STEP_FILE.match(p.name) for p in self.directory.iterdir())
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def path(self, step: int) -> Path:
+        return self.directory / f"step-{step:010d}.nks"
+
+    def latest(self) -> Path | None:
+        """Path of the newest checkpoint that verifies, or None."""
+        for step in reversed(self.steps()):
+            try:
+                api.verify(self.path(step))
+                return self.path(step)
+            except (CorruptFileError, UnsupportedVersionError, OSError):
+                continue
+        return None
+
+    def _retain(self, newest: int):
+        steps = [s for s in self.steps() if s <= newest]
+        keep = set(steps[-self.keep:])
+        if self.keep_every:
+            keep |= {s for s in steps if s % self.keep_every == 0}
+        for step in steps:
+            if step not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path(step).unlink()
+
+    # ------------------------------------------------------------------ hooks
+
+    def on_run_start(self, step, driver):
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock.acquire()
+        try:
+            callbacks = _run_callbacks()
+            logged = [c.logger for c in callbacks if hasattr(c, "logger")]
+            self._run_loggers = tuple({id(x): x for x in [*logged, *self.loggers]}.values())
+            # logger wrappers are handled through their loggers, in place
+            self._run_callbacks = tuple(c for c in callbacks if _stateful(c) and not hasattr(c, "logger"))
+            self._completed, self._last_saved = driver.step_count, None
+            self.resumed_from, self._dirty = None, False
+            self._start(driver)
+            self._install_signal_handlers()
+            self._active = True
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def before_parameter_update(self, step, log_data, driver):
+        self._dirty = True
+
+    def on_step_end(self, step, log_data, driver):
+        if not self._active:
+            return
+        # We run last; NetKet increments step_count right after: the step is
+        # complete, every callback included.
+        self._completed = driver.step_count + 1
+        self._dirty = False
+        if self._signal_received is not None:
+            signum = self._signal_received
+            self._save(driver, asynchronous=False)
+            raise nk.callbacks.StopRun(
+                f"received signal {signal.Signals(signum).name}: checkpointed step "
+                f"{self._completed} in {self.directory}")
+        if self._completed % self.every == 0:
+            self._save(driver, asynchronous=self.async_save)
+
+    def on_run_end(self, step, driver):
+        if not self._active:
+            return
+        try:
+            # A StopRun raised in on_step_end by a callback that runs before
+            # us: that step's update is applied, its count not yet incremented.
+            self._completed = driver.step_count + (1 if self._dirty else 0)
+            if self._last_saved != self._completed:
+                self._save(driver, asynchronous=False)
+            self.wait()
+        finally:
+            self._finish()
+
+    def on_run_error(self, step, error, driver):
+        # A run that failed to start (e.g. a fingerprint mismatch raised in
+        # on_run_start) has nothing of its own to save.
+        if not self._active:
+            return
+        try:
+            if self._dirty:
+                # The error struck after this step began updating parameters:
+                # the driver is between two steps and cannot be saved as
+                # either. The last checkpoint stands.
+                warnings.warn(
+                    f"nkserde: the run failed while step {driver.step_count} was being applied; "
+                    f"the newest checkpoint is step {self._last_saved}", stacklevel=2)
+            else:
+                self._completed = driver.step_count
+                if self._last_saved != self._completed:
+                    self._save(driver, asynchronous=False)
+            self.wait()
+        except Exception as exc:  # never mask the error that stopped the run
+            warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=2)
+        finally:
+            self._finish(raise_write_error=False)
+
+    # ----------------------------------------------------------------- resume
+
+    def _payload(self, driver, completed: int) -> dict:
+        return {
+            "driver": driver,
+            "completed_steps": completed,
+            "loggers": list(self._run_loggers),
+            "callbacks": list(self._run_callbacks),
+        }
+
+    def _start(self, driver):
+        current = fingerprint(driver)
+        fp_path = self.directory / "fingerprint.json"
+        existing = self.steps()
+        if self.resume == "never" and (existing or fp_path.exists()):
+            self._move_aside()
+            existing = []
+        if not existing:
+            if self.resume == "must":
+                raise NkserdeError(f"{self.directory}: resume='must' but there is no checkpoint to resume")
+            self._write_fingerprint(current)
+            return
+        if fp_path.exists():
+            saved = json.loads(fp_path.read_text())
+            changes = fingerprint_changes(saved, current)
+            if changes and self.resume != "force":
+                raise NkserdeError(
+                    f"{self.directory}: the run differs from the one that wrote these checkpoints "
+                    "(use resume='force' to load anyway, or resume='never' to start fresh):\n  "
+                    + "\n  ".join(changes))
+        template = self._payload(driver, 0)
+        for step in reversed(existing):
+            path = self.path(step)
+            try:
+                loaded = api.load(template, path)
+            except (CorruptFileError, UnsupportedVersionError) as exc:
+                warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
+                continue
+            self._restore(driver, loaded)
+            self._completed = self._last_saved = loaded["completed_steps"]
+            self.resumed_from = self._completed
+            if self.resume == "force":
+                self._write_fingerprint(current)
+            return
+        if self.resume == "must":
+            raise NkserdeError(f"{self.directory}: no checkpoint verifies; nothing to resume")
+        self._write_fingerprint(current)
+
+    def _restore(self, driver, loaded):
+        new = loaded["driver"]
+        # In place: the script's own variational state object gets the numbers.
+        _assign(driver.state, new.state)
+        _assign(driver, new, skip=("_variational_state",))
+        driver._step_count = loaded["completed_steps"]
+        for live, restored in zip(self._run_loggers, loaded["loggers"]):
+            _assign(live, restored)
+            if hasattr(live, "_flush_log"):
+                live._flush_log()  # the .log file now ends at the checkpoint step
+        for live, restored in zip(self._run_callbacks, loaded["callbacks"]):
+            _assign(live, restored)
+
+    def _write_fingerprint(self, fp: dict):
+        with atomic_write(self.directory / "fingerprint.json") as f:
+            f.write(json.dumps(fp, indent=1, sort_keys=True).encode())
+
+    def _move_aside(self):
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        target = self.directory / f"previous-{stamp}"
+        target.mkdir()
+        for p in self.directory.iterdir():
+            if _STEP_FILE.match(p.name) or p.name == "fingerprint.json":
+                p.rename(target / p.name)
+
+    # ------------------------------------------------------------------- save
+
+    def _save(self, driver, *, asynchronous: bool):
+        completed = self._completed
+        self._raise_write_error()
+        state = api.state_dict(self._payload(driver, completed))
+        path = self.path(completed)
+        if not asynchronous:
+            self.wait()
+            self._write(state, path, completed)
+            self._raise_write_error()
+        else:
+            state = _host_copy(state)
+            self.wait()  # at most one write in flight
+            self._writer = threading.Thread(
+                target=self._write, args=(state, path, completed), name="nkserde-checkpoint", daemon=True)
+            _PENDING.add(self)
+            self._writer.start()
+        self._last_saved = completed
+
+    def _write(self, state, path, completed):
+        try:
+            api.save_state_dict(state, path, root_type="checkpoint")
+            api.verify(path)  # only a verified checkpoint may retire older ones
+            self._retain(completed)
+        except BaseException as exc:  # re-raised in the run's thread
+            self._write_error = exc
+
+    def wait(self):
+        """Blocks until the background write (if any) has finished."""
+        writer = self._writer
+        if writer is not None:
+            writer.join()
+            self._writer = None
+
+    def _raise_write_error(self):
+        if self._write_error is not None:
+            exc, self._write_error = self._write_error, None
+            raise NkserdeError(f"{self.directory}: writing a checkpoint failed: {exc}") from exc
+
+    # ---------------------------------------------------------------- signals
+
+    def _install_signal_handlers(self):
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum, frame):
+            self._signal_received = signum
+            previous = self._previous_handlers.get(signum)
+            if callable(previous):
+                previous(signum, frame)
+
+        for signum in self.signals:
+            self._previous_handlers[signum] = signal.getsignal(signum)
+            signal.signal(signum, handler)
+
+    def _finish(self, raise_write_error=True):
+        self._active = False
+        if threading.current_thread() is threading.main_thread():
+            for signum, previous in self._previous_handlers.items():
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous_handlers = {}
+        self._signal_received = None
+        self._lock.release()
+        if raise_write_error:
+            self._raise_write_error()
+
+
+def _assign(live, restored, skip=()):
+    """Makes ``live`` hold what ``restored`` holds, attribute by attribute,
+    so references users keep to ``live`` see the restored numbers."""
+    for name, value in vars(restored).items():
+        if name not in skip:
+            object.__setattr__(live, name, value)
+
+
+class CheckpointedDriver:
+    """A driver whose every ``run`` checkpoints and resumes (see
+    :func:`checkpointed`). Everything else is the wrapped driver's."""
+
+    def __init__(self, driver, directory, options: dict):
+        object.__setattr__(self, "_driver", driver)
+        object.__setattr__(self, "_directory", Path(directory))
+        object.__setattr__(self, "_options", options)
+        object.__setattr__(self, "_run_calls", 0)
+        object.__setattr__(self, "last_checkpoint", None)
+
+    def run(self, *args, callback=None, **kwargs):
+        # One subdirectory per run() call of the script: a script that runs
+        # twice (say, a warm-up then the production run) resumes each call
+        # from its own checkpoints.
+        index = self._run_calls
+        object.__setattr__(self, "_run_calls", index + 1)
+        ckpt = Checkpoint(self._directory / f"run-{index}", **self._options)
+        object.__setattr__(self, "last_checkpoint", ckpt)
+        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
+        return self._driver.run(*args, callback=[*callbacks, ckpt], **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._driver, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._driver, name, value)
+
+    def __repr__(self):
+        return f"checkpointed({self._driver!r}, {str(self._directory)!r})"
+
+
+def checkpointed(driver, directory, **options) -> CheckpointedDriver:
+    """The driver, with every later ``run`` checkpointed and resumed in
+    ``directory``; the loggers of each run (including the JsonLog NetKet
+    makes from ``out="prefix"``) are checkpointed and resumed too. Options
+    are those of :class:`Checkpoint`.
+
+        gs = nkserde.checkpointed(gs, "ckpt", every=50)
+        gs.run(n_iter=1000, out="test")
+    """
+    return CheckpointedDriver(driver, directory, options)

@@ -1,0 +1,86 @@
+"""Loggers of ``netket.logging``: their in-memory history.
+
+A run resumed from a checkpoint restores each logger's history to the
+checkpoint step, so steps logged after it (and before a crash) are dropped,
+not duplicated. ``JsonLog`` rewrites its whole ``.log`` file from that
+history whenever it flushes, so after a resume the file holds every step
+exactly once.
+
+Schema of ``history``: a list of entries, one per logged time series,
+``{"path": [str | int, ...], "columns": {"iters": int[n], name: values[n, ...]},
+"main": str | None, "single": bool, "keys": [str]}`` where ``path`` is the
+place of the series in the logged tree (ints index lists).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import netket as nk
+from netket.utils.history import History, HistoryDict
+
+from .. import registry
+
+
+def _flatten(tree, path=()) -> list[dict]:
+    if isinstance(tree, HistoryDict):
+        tree = tree._data
+    if isinstance(tree, History):
+        return [{
+            "path": list(path), "columns": dict(tree._value_dict), "main": tree._value_name,
+            "single": bool(tree._single_value), "keys": list(tree._keys),
+        }]
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree or ())
+    return [entry for key, value in items for entry in _flatten(value, path + (key,))]
+
+
+def _history(entry) -> History:
+    history = History.__new__(History)
+    history._value_dict = dict(entry["columns"])
+    history._value_name = entry["main"]
+    history._single_value = entry["single"]
+    history._keys = list(entry["keys"])
+    return history
+
+
+def _unflatten(entries) -> HistoryDict:
+    root: dict = {}
+    for entry in entries:
+        *parents, last = entry["path"]
+        node = root
+        for key, following in zip(parents, entry["path"][1:]):
+            if isinstance(node, list):
+                while len(node) <= key:
+                    node.append(None)
+            if isinstance(node, dict) and key not in node or isinstance(node, list) and node[key] is None:
+                node[key] = [] if isinstance(following, int) else {}
+            node = node[key]
+        if isinstance(node, list):
+            while len(node) <= last:
+                node.append(None)
+        node[last] = _history(entry)
+    return HistoryDict(root)
+
+
+def _runtime_to_state(log) -> dict:
+    return {"history": _flatten(log._data), "last_step": log._old_step}
+
+
+def _runtime_from_state(template, fields):
+    new = copy.copy(template)
+    new._data = _unflatten(fields["history"])
+    new._old_step = fields["last_step"]
+    return new
+
+
+registry.register(
+    nk.logging.RuntimeLog, name="netket.logging.RuntimeLog", version=1,
+    to_state=_runtime_to_state, from_state=_runtime_from_state, subclasses=True,
+    free_fields=("history",),
+    doc="history: list of time series (see module doc); last_step: int, the last logged step")
+
+registry.register(
+    nk.logging.JsonLog, name="netket.logging.JsonLog", version=1,
+    to_state=_runtime_to_state, from_state=_runtime_from_state,
+    free_fields=("history",),
+    doc="as RuntimeLog; the .log file is rewritten from the history on flush")
