@@ -6,6 +6,7 @@ Public API::
     nkserde.load(template, path)         -> new object like template
     nkserde.state_dict(obj)              -> nested dicts of numpy arrays / scalars
     nkserde.from_state_dict(template, sd)
+    nkserde.load_state_dict(path)        -> the file's state dict, no template
     nkserde.info(path)                   -> dict of metadata
     nkserde.verify(path)                 -> info, after checking every checksum
     nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
@@ -16,11 +17,12 @@ Public API::
 """
 
 from . import errors
-from .api import from_state_dict, info, load, save, save_state_dict, state_dict, verify
+from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
+                  state_dict, verify)
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402
 from .checkpoint import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "migration", "register", "save",
+__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migration", "register", "save",
            "save_state_dict", "state_dict", "verify"]

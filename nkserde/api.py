@@ -94,6 +94,13 @@ def load(template, path):
         raise type(exc)(f"{path}: {exc}") from None
 
 
+def load_state_dict(path) -> object:
+    """The file's state dict, without a template: nested dicts and lists of
+    numpy arrays and scalars, stored objects as ``{"@type", "@version", ...}``
+    maps. Pass (parts of) it to :func:`from_state_dict`."""
+    return fileformat.read_file(Path(path))[1]
+
+
 def info(path) -> dict:
     """The file's metadata without reading the arrays: format_version,
     nkserde/netket/jax/flax/numpy/python versions, created, process_count,

@@ -61,17 +61,41 @@ def _stateful(callback) -> bool:
 
 
 def _run_callbacks() -> tuple:
-    """The callbacks of the running ``driver.run`` call: NetKet does not
-    hand them to a callback, so find the CallbackList that is calling us."""
+    """The callbacks of the running ``driver.run`` call, unwrapped (TDVP
+    wraps loggers and callbacks to call them at stopping times only).
+    NetKet does not hand them to a callback: find the CallbackList that is
+    calling us."""
     from netket._src.callbacks.callback_list import CallbackList
 
     frame = sys._getframe(1)
     while frame is not None:
         owner = frame.f_locals.get("self")
         if isinstance(owner, CallbackList):
-            return tuple(owner.callbacks)
+            found = []
+            for callback in owner.callbacks:
+                while isinstance(getattr(callback, "callback", None), nk.callbacks.AbstractCallback):
+                    callback = callback.callback
+                found.append(callback)
+            return tuple(found)
         frame = frame.f_back
     return ()
+
+
+def _keyed(objects) -> dict:
+    """Stable names for the run's loggers and callbacks, so a checkpoint
+    matches them even if the script adds or removes one: the JsonLog's
+    output prefix, else the type and its rank among objects of that type."""
+    keyed, seen = {}, {}
+    for obj in objects:
+        name = type(obj).__name__
+        prefix = getattr(obj, "_prefix", None)
+        if isinstance(prefix, str):
+            key = f"{name}:{prefix}"
+        else:
+            seen[name] = seen.get(name, -1) + 1
+            key = f"{name}#{seen[name]}"
+        keyed[key] = obj
+    return keyed
 
 
 def fingerprint(driver) -> dict[str, str]:
@@ -335,7 +359,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             # A StopRun raised in on_step_end by a callback that runs before
             # us: that step's update is applied, its count not yet incremented.
-            self._completed = driver.step_count + (1 if self._dirty else 0)
+            # (a StopRun we raised ourselves already counted its step)
+            self._completed = max(self._completed, driver.step_count + (1 if self._dirty else 0))
             if self._last_saved != self._completed:
                 self._save(driver, asynchronous=False)
             self.wait()
@@ -371,8 +396,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         return {
             "driver": driver,
             "completed_steps": completed,
-            "loggers": list(self._run_loggers),
-            "callbacks": list(self._run_callbacks),
+            "loggers": _keyed(self._run_loggers),
+            "callbacks": _keyed(self._run_callbacks),
         }
 
     def _start(self, driver):
@@ -395,16 +420,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                     f"{self.directory}: the run differs from the one that wrote these checkpoints "
                     "(use resume='force' to load anyway, or resume='never' to start fresh):\n  "
                     + "\n  ".join(changes))
-        template = self._payload(driver, 0)
         for step in reversed(existing):
             path = self.path(step)
             try:
-                loaded = api.load(template, path)
+                state = api.load_state_dict(path)
             except (CorruptFileError, UnsupportedVersionError) as exc:
                 warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
                 continue
-            self._restore(driver, loaded)
-            self._completed = self._last_saved = loaded["completed_steps"]
+            try:
+                self._restore(driver, state)
+            except NkserdeError as exc:
+                raise type(exc)(f"{path}: {exc}") from None
+            self._completed = self._last_saved = driver.step_count
             self.resumed_from = self._completed
             if self.resume == "force":
                 self._write_fingerprint(current)
@@ -413,18 +440,28 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise NkserdeError(f"{self.directory}: no checkpoint verifies; nothing to resume")
         self._write_fingerprint(current)
 
-    def _restore(self, driver, loaded):
-        new = loaded["driver"]
+    def _restore(self, driver, state):
+        # Everything is rebuilt (and any mismatch raised) before anything
+        # live is touched.
+        new = api.from_state_dict(driver, state["driver"])
+        completed = api.from_state_dict(0, state["completed_steps"])
+        restored = []
+        for kind, live in (("loggers", self._run_loggers), ("callbacks", self._run_callbacks)):
+            stored = state[kind]
+            for key, obj in _keyed(live).items():
+                if key in stored:
+                    restored.append((obj, api.from_state_dict(obj, stored[key])))
+                else:
+                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty",
+                                  stacklevel=3)
         # In place: the script's own variational state object gets the numbers.
         _assign(driver.state, new.state)
         _assign(driver, new, skip=("_variational_state",))
-        driver._step_count = loaded["completed_steps"]
-        for live, restored in zip(self._run_loggers, loaded["loggers"]):
-            _assign(live, restored)
+        driver._step_count = completed
+        for live, new_obj in restored:
+            _assign(live, new_obj)
             if hasattr(live, "_flush_log"):
                 live._flush_log()  # the .log file now ends at the checkpoint step
-        for live, restored in zip(self._run_callbacks, loaded["callbacks"]):
-            _assign(live, restored)
 
     def _write_fingerprint(self, fp: dict):
         with atomic_write(self.directory / "fingerprint.json") as f:

@@ -76,11 +76,12 @@ def _runtime_from_state(template, fields):
 registry.register(
     nk.logging.RuntimeLog, name="netket.logging.RuntimeLog", version=1,
     to_state=_runtime_to_state, from_state=_runtime_from_state, subclasses=True,
-    free_fields=("history",),
-    doc="history: list of time series (see module doc); last_step: int, the last logged step")
+    free_fields=("history", "last_step"),
+    doc="history: list of time series (see module doc); last_step: the last logged step "
+        "(int, or the time for dynamics drivers)")
 
 registry.register(
     nk.logging.JsonLog, name="netket.logging.JsonLog", version=1,
     to_state=_runtime_to_state, from_state=_runtime_from_state,
-    free_fields=("history",),
+    free_fields=("history", "last_step"),
     doc="as RuntimeLog; the .log file is rewritten from the history on flush")
