@@ -251,3 +251,21 @@ def test_tdvp_resume_uses_time(tmp_path):
     assert B.params_bytes(resumed) == B.params_bytes(straight)
     key = "Generator"
     assert np.asarray(rlog.data[key]["Mean"]).tobytes() == np.asarray(log.data[key]["Mean"]).tobytes()
+
+
+def test_state_log_keeps_its_states_and_continues_numbering(tmp_path):
+    def log(name):
+        return nk.logging.StateLog(str(tmp_path / name), save_every=1)
+
+    B.vmc().run(5, out=log("ref"), show_progress=False)
+    with pytest.raises(RuntimeError):
+        B.vmc().run(5, out=log("run"), show_progress=False,
+                    callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(3)])
+    # "write" mode would wipe the folder at its first save: a resumed log must not
+    B.vmc().run(5, out=log("run"), show_progress=False,
+                callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
+    ref = sorted(p.name for p in (tmp_path / "ref").iterdir())
+    assert ref == [f"{i}.mpack" for i in range(5)]
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ref
+    for name in ref:
+        assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()

@@ -85,3 +85,36 @@ registry.register(
     to_state=_runtime_to_state, from_state=_runtime_from_state,
     free_fields=("history", "last_step"),
     doc="as RuntimeLog; the .log file is rewritten from the history on flush")
+
+
+# StateLog ---------------------------------------------------------------------
+
+
+def _state_log_to_state(log) -> dict:
+    return {"last_step": log._old_step, "steps_not_saved": log._steps_notsaved,
+            "next_file": log._file_step}
+
+
+def _state_log_from_state(template, fields):
+    new = copy.copy(template)
+    new._old_step = fields["last_step"]
+    new._steps_notsaved = fields["steps_not_saved"]
+    new._file_step = fields["next_file"]
+    if new._tar:
+        # reopen the archive for appending: the states saved so far are kept
+        # (states written after the checkpoint and before a crash stay too)
+        new._file_mode = "append"
+        new._tar_file, new._init = None, False
+    else:
+        # the folder is already set up: skip the first-save check, which in
+        # "write" mode would delete the states saved before the checkpoint
+        new._init = True
+    return new
+
+
+registry.register(
+    nk.logging.StateLog, name="netket.logging.StateLog", version=1,
+    to_state=_state_log_to_state, from_state=_state_log_from_state,
+    free_fields=("last_step",),
+    doc="last_step; steps_not_saved: int; next_file: int, the number of the next state file. "
+        "The state files themselves stay on disk and are kept")
