@@ -188,8 +188,11 @@ def _restore_array(template, state, path):
         else:
             raise mismatch(path, state, template)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
-    if state.shape != t_shape or state.dtype != t_dtype:
+    # files are little-endian; the template's byte order is a layout detail
+    if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
         raise mismatch(path, state, template)
+    if state.dtype != t_dtype:
+        state = state.astype(t_dtype)
     if isinstance(template, np.ndarray):
         return state
     if isinstance(template, np.generic):

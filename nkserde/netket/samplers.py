@@ -22,15 +22,25 @@ from ..errors import TemplateMismatchError
 
 _METROPOLIS = {
     "chains": "σ",  # [n_chains, n_sites] configurations
+    # [n_chains] machine_pow * log|psi(chains)|: the next Metropolis step's
+    # acceptance test reads it, so a state continued without reset() needs it
+    # (NetKet marks it serialize=False and recomputes it only in reset())
+    "log_prob": "log_prob",
     "rng": "rng",  # PRNG key of the chains
     "n_steps": "n_steps_proc",  # moves since the last reset
     "n_accepted": "n_accepted_proc",  # [n_chains] accepted moves since the last reset
     "rule_state": "rule_state",  # the transition rule's own state (None for most rules)
 }
-register_attributes(
+
+
+def _register_metropolis(cls, name, fields, *, doc, subclasses=False):
+    return register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc)
+
+
+_register_metropolis(
     nk.sampler.MetropolisSamplerState, "netket.sampler.MetropolisSamplerState", _METROPOLIS,
-    immutable=True, subclasses=True,
-    doc="chains: [n_chains, N]; rng: PRNG key data; n_steps: int64 scalar; "
+    subclasses=True,
+    doc="chains: [n_chains, N]; log_prob: float[n_chains]; rng: PRNG key data; n_steps: int64 scalar; "
         "n_accepted: int64[n_chains]; rule_state: rule-specific or None")
 
 _PARALLEL_TEMPERING = dict(
@@ -42,11 +52,11 @@ _PARALLEL_TEMPERING = dict(
     n_exchange_steps="exchange_steps",
     n_accepted_per_beta="n_accepted_per_beta",  # [n_chains, n_replicas]
 )
-register_attributes(
+_register_metropolis(
     ParallelTemperingSamplerState, "netket.sampler.ParallelTemperingSamplerState",
-    _PARALLEL_TEMPERING, immutable=True,
-    doc="Metropolis fields (chains: [n_chains * n_replicas, N]) plus betas, "
-        "beta_0_index, beta_position, beta_diffusion, n_exchange_steps, n_accepted_per_beta")
+    _PARALLEL_TEMPERING,
+    doc="Metropolis fields (chains: [n_chains * n_replicas, N], log_prob: [n_chains * n_replicas]) "
+        "plus betas, beta_0_index, beta_position, beta_diffusion, n_exchange_steps, n_accepted_per_beta")
 
 register_attributes(
     ExactSamplerState, "netket.sampler.ExactSamplerState", {"rng": "rng"}, immutable=True,

@@ -78,7 +78,13 @@ def _mixed_to_state(vs: nk.vqs.MCMixedState) -> dict:
 
 
 def _mixed_from_state(template: nk.vqs.MCMixedState, f: dict) -> nk.vqs.MCMixedState:
-    new = _mc_from_state(template, f)
+    # A shallow copy shares the template's diagonal, and MCMixedState's
+    # reset() and parameter/model_state setters forward to the diagonal:
+    # detach it first, or loading would reset the template's diagonal and
+    # overwrite its parameters with the loaded ones.
+    shell = copy.copy(template)
+    shell._diagonal = None
+    new = _mc_from_state(shell, f)
     new._diagonal = f["diagonal"]
     # the diagonal shares the density matrix's variables
     new._diagonal.variables = new.variables

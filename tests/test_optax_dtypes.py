@@ -1,0 +1,464 @@
+"""Round trips of optax optimizer states (optax 0.2.8, and NetKet's
+``nk.optimizer`` wrappers), of arrays of every storable dtype as numpy and as
+JAX arrays, of PRNG keys, Python scalars and nested containers.
+
+Every original is loaded into a template of the same structure holding
+*different* numbers; the loaded object must have the template's types and
+structure, the original's bytes, and the template must be left untouched.
+(Importing netket enables jax x64.)
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from typing import NamedTuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import netket as nk
+import numpy as np
+import optax
+import pytest
+
+import nkserde
+from builders import assert_identical, leaves
+from nkserde.errors import TemplateMismatchError, UnregisteredTypeError
+
+assert jax.config.jax_enable_x64, "netket enables x64; the uint64/float64 JAX cases rely on it"
+
+
+def assert_unchanged(before, obj):
+    after = leaves(obj)
+    assert len(before) == len(after)
+    for x, y in zip(before, after):
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
+        else:
+            assert type(x) is type(y) and (x == y or (x != x and y != y))
+
+
+def assert_differs(a, b):
+    la, lb = leaves(a), leaves(b)
+    assert any((isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or
+               (not isinstance(x, np.ndarray) and x != y) for x, y in zip(la, lb))
+
+
+def assert_same_leaf_types(loaded, template):
+    """Same pytree structure (NamedTuple classes, tuple vs list, dict key
+    order) and, leaf by leaf, JAX arrays where the template has JAX arrays
+    and numpy where it has numpy, with equal dtypes and shapes."""
+    assert jax.tree_util.tree_structure(loaded) == jax.tree_util.tree_structure(template)
+    for a, t in zip(jax.tree_util.tree_leaves(loaded), jax.tree_util.tree_leaves(template)):
+        assert type(a) is type(t)
+        if isinstance(t, (np.ndarray, np.generic, jax.Array)):
+            assert a.dtype == t.dtype and np.shape(a) == np.shape(t)
+        if isinstance(t, jax.Array):
+            assert a.weak_type == t.weak_type
+
+
+def round_trip(obj, template, path):
+    """save + load, and state_dict + from_state_dict; checks both against
+    ``obj`` and that the template was not mutated. Returns the loaded object."""
+    before = leaves(template)
+    nkserde.save(obj, path)
+    loaded = nkserde.load(template, path)
+    in_memory = nkserde.from_state_dict(template, nkserde.state_dict(obj))
+    for out in (loaded, in_memory):
+        assert type(out) is type(template)
+        assert_identical(obj, out)
+    assert_unchanged(before, template)
+    return loaded
+
+
+# --------------------------------------------------------------------------- optax states
+
+# Mixed dtypes, as in NetKet models: float64 weights, a float32 bias, complex
+# parameters.
+def make_params(seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "w": jnp.asarray(rng.normal(size=(3, 4))),
+        "b": jnp.asarray(rng.normal(size=(4,)).astype(np.float32)),
+        "c": jnp.asarray(rng.normal(size=(2,)) + 1j * rng.normal(size=(2,))),
+    }
+
+
+def make_real_params(seed):
+    """float64 only (see test_inject_hyperparams_mixed_dtypes_fresh_template)."""
+    rng = np.random.default_rng(seed)
+    return {"w": jnp.asarray(rng.normal(size=(3, 4))), "b": jnp.asarray(rng.normal(size=(4,)))}
+
+
+def random_grads(params, step):
+    rng = np.random.default_rng(1000 + step)
+
+    def one(p):
+        g = rng.normal(size=p.shape)
+        if jnp.iscomplexobj(p):
+            g = g + 1j * rng.normal(size=p.shape)
+        return jnp.asarray(g.astype(p.dtype))
+
+    return jax.tree_util.tree_map(one, params)
+
+
+OPTIMIZERS = {
+    "adam": (lambda: optax.adam(1e-2), make_params),
+    "adamw": (lambda: optax.adamw(1e-2, weight_decay=1e-3), make_params),
+    "sgd": (lambda: optax.sgd(1e-2), make_params),
+    "sgd_momentum": (lambda: optax.sgd(1e-2, momentum=0.9, nesterov=True), make_params),
+    "adam_schedule": (lambda: optax.adam(optax.exponential_decay(1e-2, transition_steps=2, decay_rate=0.5)),
+                      make_params),
+    "inject_hyperparams": (lambda: optax.inject_hyperparams(optax.adam)(learning_rate=1e-2),
+                           make_real_params),
+    "multi_steps": (lambda: optax.MultiSteps(optax.adam(1e-2), every_k_schedule=2), make_params),
+    "chain": (lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(), optax.scale(-1e-2)),
+              make_params),
+    "masked": (lambda: optax.masked(optax.adam(1e-2), {"w": True, "b": False, "c": True}), make_params),
+    "named_chain": (lambda: optax.named_chain(("clip", optax.clip_by_global_norm(1.0)),
+                                              ("adam", optax.adam(1e-2))), make_params),
+    "identity": (lambda: optax.identity(), make_params),  # EmptyState
+    "nk_sgd": (lambda: nk.optimizer.Sgd(1e-2), make_params),
+    "nk_adam": (lambda: nk.optimizer.Adam(1e-2), make_params),
+    "nk_adagrad": (lambda: nk.optimizer.AdaGrad(1e-2), make_params),
+    "nk_rmsprop": (lambda: nk.optimizer.RmsProp(1e-2), make_params),
+    "nk_momentum": (lambda: nk.optimizer.Momentum(1e-2), make_params),
+}
+
+
+_JITTED = {}
+
+
+def run_steps(opt, params, state, steps):
+    # jitted once per optimizer object: original and loaded states have the
+    # same structure, dtypes and weak types, so they share the compilation
+    update = _JITTED.setdefault(id(opt), (opt, jax.jit(opt.update)))[1]
+    for step in steps:
+        updates, state = update(random_grads(params, step), state, params)
+        params = optax.apply_updates(params, updates)
+    return params, state
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optax_state_round_trip(name, tmp_path):
+    factory, params_of = OPTIMIZERS[name]
+    opt = factory()
+    params = params_of(0)
+    params, state = run_steps(opt, params, opt.init(params), range(3))
+    if name == "inject_hyperparams":
+        # hyperparameters changed by hand during the run are state too
+        state.hyperparams["learning_rate"] = jnp.asarray(0.05, state.hyperparams["learning_rate"].dtype)
+    # the template: the same optimizer on other parameters, freshly initialised
+    template = opt.init(params_of(1))
+    if jax.tree_util.tree_leaves(state):  # EmptyState has no numbers
+        assert_differs(state, template)
+    loaded = round_trip(state, template, tmp_path / f"{name}.nks")
+    assert_same_leaf_types(loaded, template)
+    # the loaded state continues exactly as the original
+    next_a, _ = run_steps(opt, params, state, [10, 11])
+    next_b, _ = run_steps(opt, params, loaded, [10, 11])
+    for a, b in zip(jax.tree_util.tree_leaves(next_a), jax.tree_util.tree_leaves(next_b)):
+        assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_optax_state_counts_and_named_types(tmp_path):
+    """Spot checks of what the generic NamedTuple rule must carry."""
+    opt = optax.MultiSteps(optax.adam(optax.exponential_decay(1e-2, 2, 0.5)), every_k_schedule=2)
+    params = make_params(0)
+    params, state = run_steps(opt, params, opt.init(params), range(5))
+    assert isinstance(state, optax.MultiStepsState)
+    assert int(state.gradient_step) == 2 and int(state.mini_step) == 1
+    loaded = round_trip(state, opt.init(make_params(1)), tmp_path / "ms.nks")
+    assert isinstance(loaded, optax.MultiStepsState)
+    assert int(loaded.gradient_step) == 2 and int(loaded.mini_step) == 1
+    inner = loaded.inner_opt_state
+    assert isinstance(inner[0], optax.ScaleByAdamState) and isinstance(inner[1], optax.ScaleByScheduleState)
+    assert int(inner[1].count) == 2 and inner[1].count.dtype == state.inner_opt_state[1].count.dtype
+    assert nkserde.info(tmp_path / "ms.nks")["types"] == {
+        "optax.MultiStepsState": 1, "optax.ScaleByAdamState": 1, "optax.ScaleByScheduleState": 1}
+
+    masked = optax.masked(optax.adam(1e-2), {"w": True, "b": False, "c": True})
+    mstate = run_steps(masked, make_params(0), masked.init(make_params(0)), range(2))[1]
+    loaded = round_trip(mstate, masked.init(make_params(1)), tmp_path / "masked.nks")
+    assert isinstance(loaded.inner_state[0].mu["b"], optax.MaskedNode)
+
+
+def test_inject_hyperparams_mixed_dtypes_fresh_template_is_a_clear_error(tmp_path):
+    """Known limitation, tested as such: optax.inject_hyperparams casts its
+    hyperparameters to the parameters' result dtype (complex128 here), so
+    after the first update mu/nu of float32/float64 parameters become
+    complex128. A freshly initialised template then has other dtypes than
+    the saved state; nkserde refuses it with an error naming the place and
+    both dtypes rather than loading numbers of another type."""
+    opt = optax.inject_hyperparams(optax.adam)(learning_rate=1e-2)
+    params = make_params(0)
+    fresh = opt.init(params)
+    _, state = run_steps(opt, params, fresh, range(1))
+    assert state.inner_state[0].mu["b"].dtype != fresh.inner_state[0].mu["b"].dtype
+    nkserde.save(state, tmp_path / "inject.nks")
+    with pytest.raises(TemplateMismatchError, match=r"inner_state/0/mu/.*file has array complex128"):
+        nkserde.load(opt.init(make_params(1)), tmp_path / "inject.nks")
+
+
+# --------------------------------------------------------------------------- dtypes
+
+DTYPES = [
+    np.float16, np.float32, np.float64, ml_dtypes.bfloat16, np.complex64, np.complex128,
+    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
+]
+SHAPES = [(2, 3), (), (0,), (3, 0)]
+
+
+def random_array(dtype, shape, seed):
+    """Arbitrary bit patterns of ``dtype``: NaNs, infinities, subnormals and
+    negative zero for the floating types, extremes for the integers."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    n = math.prod(shape)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(bool)
+    raw = rng.integers(0, 256, size=n * dtype.itemsize, dtype=np.uint8)
+    out = raw.view(dtype).reshape(shape).copy()
+    if (dtype.kind in "fc" or dtype == ml_dtypes.bfloat16) and n >= 4:
+        flat = out.reshape(-1)
+        flat[:4] = np.array([np.nan, np.inf, -0.0, -np.inf]).astype(dtype)
+    return out
+
+
+def _id(x):
+    return getattr(x, "__name__", str(x))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_numpy_array_dtypes(dtype, shape, tmp_path):
+    orig = {"x": random_array(dtype, shape, 0), "strided": random_array(dtype, (4, 6), 1)[::2, ::-3]}
+    template = {"x": random_array(dtype, shape, 7), "strided": random_array(dtype, (2, 2), 8)}
+    if math.prod(shape):
+        assert_differs(orig, template)
+    loaded = round_trip(orig, template, tmp_path / "a.nks")
+    for key in orig:
+        assert type(loaded[key]) is np.ndarray
+        assert loaded[key].dtype == np.dtype(dtype) and loaded[key].shape == orig[key].shape
+        assert loaded[key].tobytes() == np.ascontiguousarray(orig[key]).tobytes()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_jax_array_dtypes(dtype, shape, tmp_path):
+    orig = jnp.asarray(random_array(dtype, shape, 0))
+    template = jnp.asarray(random_array(dtype, shape, 7))
+    assert orig.dtype == np.dtype(dtype)  # x64: no silent narrowing
+    loaded = round_trip(orig, template, tmp_path / "a.nks")
+    assert isinstance(loaded, jax.Array) and not isinstance(loaded, np.ndarray)
+    assert loaded.dtype == orig.dtype and loaded.shape == orig.shape
+    assert loaded.sharding == template.sharding
+    assert np.asarray(loaded).tobytes() == np.asarray(orig).tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=_id)
+def test_numpy_scalars(dtype, tmp_path):
+    """numpy scalars (np.generic) come back as numpy scalars of their type."""
+    orig = random_array(dtype, (3,), 0)[1]
+    template = random_array(dtype, (3,), 5)[1]
+    assert isinstance(orig, np.generic)
+    loaded = round_trip({"s": orig}, {"s": template}, tmp_path / "s.nks")["s"]
+    assert type(loaded) is type(template) and loaded.dtype == np.dtype(dtype)
+    assert np.asarray(loaded).tobytes() == np.asarray(orig).tobytes()
+
+
+def test_mixed_numpy_and_jax_templates(tmp_path):
+    """The template, not the file, decides numpy vs JAX for each leaf."""
+    values = {"a": random_array(np.float32, (3,), 0), "b": random_array(np.int64, (2, 2), 1)}
+    nkserde.save(values, tmp_path / "m.nks")
+    as_jax = nkserde.load({k: jnp.zeros_like(v) for k, v in values.items()}, tmp_path / "m.nks")
+    as_numpy = nkserde.load({k: np.zeros_like(v) for k, v in values.items()}, tmp_path / "m.nks")
+    for key, value in values.items():
+        assert isinstance(as_jax[key], jax.Array) and not isinstance(as_jax[key], np.ndarray)
+        assert type(as_numpy[key]) is np.ndarray
+        assert np.asarray(as_jax[key]).tobytes() == value.tobytes() == as_numpy[key].tobytes()
+
+
+def test_weak_types_preserved(tmp_path):
+    orig = {"weak": jnp.asarray(1.5), "strong": jnp.asarray(1.5, dtype=jnp.float64), "i": jnp.asarray(3)}
+    template = {"weak": jnp.asarray(2.5), "strong": jnp.asarray(0.0, dtype=jnp.float64), "i": jnp.asarray(4)}
+    assert orig["weak"].weak_type and not orig["strong"].weak_type
+    loaded = round_trip(orig, template, tmp_path / "w.nks")
+    assert_same_leaf_types(loaded, template)
+    assert (loaded["weak"] * jnp.ones(2, jnp.float32)).dtype == jnp.float32
+
+
+def test_dtype_and_shape_mismatch_are_refused(tmp_path):
+    nkserde.save({"x": np.zeros(3, np.float32)}, tmp_path / "x.nks")
+    for bad in (np.zeros(3, np.float64), np.zeros(4, np.float32), jnp.zeros(3, jnp.int32)):
+        with pytest.raises(TemplateMismatchError, match="x"):
+            nkserde.load({"x": bad}, tmp_path / "x.nks")
+    with pytest.raises(UnregisteredTypeError):
+        nkserde.save(np.array([1, "a"], dtype=object), tmp_path / "o.nks")
+
+
+def test_big_endian_numpy_array(tmp_path):
+    """Stored little-endian, returned in the template's byte order."""
+    orig = np.arange(4, dtype=">i4")
+    nkserde.save(orig, tmp_path / "be.nks")
+    loaded = nkserde.load(np.zeros(4, dtype=">i4"), tmp_path / "be.nks")
+    assert loaded.tolist() == orig.tolist() and loaded.dtype == np.dtype(">i4")
+    assert nkserde.load(np.zeros(4, dtype="<i4"), tmp_path / "be.nks").tolist() == orig.tolist()
+
+
+# --------------------------------------------------------------------------- PRNG keys
+
+
+@pytest.mark.parametrize("impl", [None, "rbg", "unsafe_rbg"])
+def test_typed_prng_keys(impl, tmp_path):
+    orig = {"one": jax.random.key(0, impl=impl), "many": jax.random.split(jax.random.key(1, impl=impl), 3)}
+    orig["one"] = jax.random.split(orig["one"])[1]  # not a plain seed
+    template = {"one": jax.random.key(5, impl=impl), "many": jax.random.split(jax.random.key(6, impl=impl), 3)}
+    assert_differs(orig, template)
+    loaded = round_trip(orig, template, tmp_path / "k.nks")
+    for key in orig:
+        assert jax.dtypes.issubdtype(loaded[key].dtype, jax.dtypes.prng_key)
+        assert loaded[key].dtype == orig[key].dtype and loaded[key].shape == orig[key].shape
+        assert str(jax.random.key_impl(loaded[key])) == str(jax.random.key_impl(orig[key]))
+        assert np.asarray(jax.random.key_data(loaded[key])).tobytes() == \
+            np.asarray(jax.random.key_data(orig[key])).tobytes()
+    if impl is None:  # the keys draw the same numbers (one impl: each compiles its own)
+        a = jax.random.normal(orig["one"], (4,))
+        b = jax.random.normal(loaded["one"], (4,))
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+def test_typed_key_impl_mismatch_is_refused(tmp_path):
+    nkserde.save(jax.random.key(0), tmp_path / "k.nks")
+    with pytest.raises(TemplateMismatchError):
+        nkserde.load(jax.random.key(0, impl="rbg"), tmp_path / "k.nks")
+    with pytest.raises(TemplateMismatchError):  # a typed key is not its raw data
+        nkserde.load(jax.random.PRNGKey(0), tmp_path / "k.nks")
+
+
+def test_raw_prng_keys(tmp_path):
+    orig = {"key": jax.random.split(jax.random.PRNGKey(0))[1], "keys": jax.random.split(jax.random.PRNGKey(1), 4)}
+    template = {"key": jax.random.PRNGKey(9), "keys": jax.random.split(jax.random.PRNGKey(10), 4)}
+    assert orig["key"].dtype == jnp.uint32
+    loaded = round_trip(orig, template, tmp_path / "r.nks")
+    assert_same_leaf_types(loaded, template)
+    a = jax.random.uniform(orig["key"], (3,))
+    b = jax.random.uniform(loaded["key"], (3,))
+    assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+# --------------------------------------------------------------------------- Python scalars
+
+
+SCALARS = {
+    "int": (12345, 0),
+    "int_neg": (-(2**63), 1),
+    "int_u64_max": (2**64 - 1, 1),
+    "int_big": (2**64 + 5, 1),
+    "int_big_neg": (-(2**70) - 3, 1),
+    "int_huge": (7**500, 1),
+    "float": (0.1, 2.0),
+    "float_nan": (float("nan"), 0.0),
+    "float_inf": (float("inf"), 0.0),
+    "float_ninf": (float("-inf"), 0.0),
+    "float_negzero": (-0.0, 1.0),
+    "float_subnormal": (5e-324, 1.0),
+    "complex": (1.5 - 2.25j, 0j),
+    "complex_nan": (complex(float("nan"), float("-inf")), 0j),
+    "true": (True, False),
+    "false": (False, True),
+    "none": (None, None),
+    "str": ("héllo ☃ \x00 end", "x"),
+    "str_empty": ("", "x"),
+    "bytes": (b"\x00\xff\x80binary", b"x"),
+    "bytes_empty": (b"", b"x"),
+}
+
+
+def test_python_scalars(tmp_path):
+    orig = {k: v for k, (v, _) in SCALARS.items()}
+    template = {k: t for k, (_, t) in SCALARS.items()}
+    loaded = round_trip(orig, template, tmp_path / "s.nks")
+    assert list(loaded) == list(template)
+    for key, value in orig.items():
+        out = loaded[key]
+        assert type(out) is type(value), key
+        if isinstance(value, float):
+            assert math.copysign(1.0, out) == math.copysign(1.0, value)
+            assert out == value or (math.isnan(out) and math.isnan(value))
+        elif isinstance(value, complex):
+            for part in ("real", "imag"):
+                x, y = getattr(out, part), getattr(value, part)
+                assert x == y or (math.isnan(x) and math.isnan(y))
+        else:
+            assert out == value, key
+    assert loaded["int_huge"] == 7**500
+
+
+def test_python_scalar_widening_and_none(tmp_path):
+    """An int in the file may fill a float or complex slot; a value where the
+    template has None is rebuilt from the file; None in the file stays None."""
+    orig = {"i2f": 3, "i2c": 4, "f2c": 0.5, "into_none": [1, np.arange(3)], "was_none": None}
+    template = {"i2f": 1.0, "i2c": 1j, "f2c": 2j, "into_none": None, "was_none": 7}
+    nkserde.save(orig, tmp_path / "w.nks")
+    loaded = nkserde.load(template, tmp_path / "w.nks")
+    assert type(loaded["i2f"]) is float and loaded["i2f"] == 3.0
+    assert type(loaded["i2c"]) is complex and loaded["i2c"] == 4
+    assert type(loaded["f2c"]) is complex and loaded["f2c"] == 0.5
+    assert loaded["into_none"][0] == 1 and isinstance(loaded["into_none"][1], jax.Array)
+    assert loaded["was_none"] is None
+    with pytest.raises(TemplateMismatchError):  # never narrowing: a float into an int slot
+        nkserde.load({**template, "f2c": 2}, tmp_path / "w.nks")
+    nkserde.save({"z": 1j}, tmp_path / "z.nks")
+    with pytest.raises(TemplateMismatchError):  # a complex into a float slot
+        nkserde.load({"z": 1.0}, tmp_path / "z.nks")
+    nkserde.save({"b": True}, tmp_path / "b.nks")
+    with pytest.raises(TemplateMismatchError):  # bool and int are kept apart
+        nkserde.load({"b": 1}, tmp_path / "b.nks")
+
+
+# --------------------------------------------------------------------------- containers
+
+
+class Point(NamedTuple):
+    x: jax.Array
+    label: str
+    extra: tuple
+
+
+def nested(seed):
+    rng = np.random.default_rng(seed)
+    return {
+        "list": [rng.normal(size=2), (int(rng.integers(100)), jnp.asarray(rng.normal(size=(2, 2)))),
+                 [[], (), {}]],
+        "tuple": (np.float32(rng.normal()), {"deep": [{"deeper": (jnp.asarray(rng.integers(0, 9, 3)),)}]}),
+        "int_keys": {3: "three", 1: [np.int8(seed)]},
+        "ordered": collections.OrderedDict([("z", rng.normal(size=1)), ("a", float(rng.normal()))]),
+        "frozen": flax.core.FrozenDict({"k": jnp.asarray(rng.normal(size=3))}),
+        "point": Point(jnp.asarray(rng.normal(size=2)), f"p{seed}", (1, float(seed))),
+        "empty_array": np.zeros((0, 2)),
+    }
+
+
+def test_nested_containers(tmp_path):
+    orig, template = nested(0), nested(1)
+    assert_differs(orig, template)
+    loaded = round_trip(orig, template, tmp_path / "n.nks")
+    assert_same_leaf_types(loaded, template)
+    assert list(loaded["int_keys"]) == [3, 1]  # int keys stay ints, in order
+    assert type(loaded["list"]) is list and type(loaded["list"][1]) is tuple
+    assert loaded["list"][2] == [[], (), {}] and type(loaded["list"][2][1]) is tuple
+    assert type(loaded["ordered"]) is collections.OrderedDict and list(loaded["ordered"]) == ["z", "a"]
+    assert type(loaded["frozen"]) is flax.core.FrozenDict
+    assert type(loaded["point"]) is Point and loaded["point"].label == "p0"
+    assert type(loaded["point"].extra) is tuple and loaded["point"].extra == (1, 0.0)
+
+
+def test_container_mismatch_is_refused(tmp_path):
+    nkserde.save({"a": [1, 2], "b": {"c": 1.0}}, tmp_path / "c.nks")
+    for bad in ({"a": [1, 2, 3], "b": {"c": 1.0}}, {"a": [1, 2], "b": {"d": 1.0}},
+                {"a": [1, 2]}, {"a": [1, 2], "b": {"c": 1.0}, "e": 0}):
+        with pytest.raises(TemplateMismatchError):
+            nkserde.load(bad, tmp_path / "c.nks")
