@@ -230,7 +230,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         ``--signal``).
 
     After ``on_run_start``, ``resumed_from`` is the step the run resumed
-    from, or None for a fresh start.
+    from, or None for a fresh start. After the run, ``interrupted`` names
+    the signal that stopped it (e.g. ``"SIGTERM"``), or is None.
     """
 
     directory: Path = struct.field(pytree_node=False, serialize=False)
@@ -242,6 +243,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     async_save: bool = struct.field(pytree_node=False, serialize=False)
     signals: tuple = struct.field(pytree_node=False, serialize=False)
     resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
+    interrupted: str | None = struct.field(pytree_node=False, serialize=False)
     _lock: Any = struct.field(pytree_node=False, serialize=False)
     _run_loggers: tuple = struct.field(pytree_node=False, serialize=False)
     _run_callbacks: tuple = struct.field(pytree_node=False, serialize=False)
@@ -268,6 +270,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.async_save = bool(async_save)
         self.signals = tuple(signals)
         self.resumed_from = None
+        self.interrupted = None
         self._lock = _Lock(self.directory)
         self._run_loggers, self._run_callbacks = (), ()
         self._completed, self._last_saved = 0, None
@@ -326,7 +329,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             # logger wrappers are handled through their loggers, in place
             self._run_callbacks = tuple(c for c in callbacks if _stateful(c) and not hasattr(c, "logger"))
             self._completed, self._last_saved = driver.step_count, None
-            self.resumed_from, self._dirty = None, False
+            self.resumed_from, self.interrupted, self._dirty = None, None, False
             self._start(driver)
             self._install_signal_handlers()
             self._active = True
@@ -346,6 +349,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._dirty = False
         if self._signal_received is not None:
             signum = self._signal_received
+            self.interrupted = signal.Signals(signum).name
             self._save(driver, asynchronous=False)
             raise nk.callbacks.StopRun(
                 f"received signal {signal.Signals(signum).name}: checkpointed step "

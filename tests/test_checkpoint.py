@@ -107,8 +107,9 @@ def test_finished_run_resumes_to_nothing_to_do(tmp_path, reference):
 
 def test_signal_checkpoints_and_stops_cleanly(tmp_path, reference):
     first = B.vmc()
-    first.run(N_STEPS, out=None, show_progress=False,
-              callback=[nkserde.Checkpoint(tmp_path, every=100), SignalAt(2)])
+    interrupted = nkserde.Checkpoint(tmp_path, every=100)
+    first.run(N_STEPS, out=None, show_progress=False, callback=[interrupted, SignalAt(2)])
+    assert interrupted.interrupted == "SIGUSR1"
     # the step in progress finished, was checkpointed, and the run returned
     assert first.step_count == 2
     assert nkserde.Checkpoint(tmp_path).steps() == [3]
@@ -116,7 +117,7 @@ def test_signal_checkpoints_and_stops_cleanly(tmp_path, reference):
     driver = B.vmc()
     ckpt = nkserde.Checkpoint(tmp_path, every=100)
     driver.run(N_STEPS, out=None, show_progress=False, callback=ckpt)
-    assert ckpt.resumed_from == 3
+    assert ckpt.resumed_from == 3 and ckpt.interrupted is None
     assert B.params_bytes(driver) == reference[0]
 
 
