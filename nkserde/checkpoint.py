@@ -41,7 +41,7 @@ import netket as nk
 import numpy as np
 from netket.utils import struct
 
-from . import api
+from . import api, registry
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
 from .format.atomic import atomic_write
 
@@ -254,7 +254,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _writer: Any = struct.field(pytree_node=False, serialize=False)
     _write_error: Any = struct.field(pytree_node=False, serialize=False)
     _active: bool = struct.field(pytree_node=False, serialize=False)
-    _dirty: bool = struct.field(pytree_node=False, serialize=False)
+    _dirty_step: int | None = struct.field(pytree_node=False, serialize=False)
 
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
@@ -277,13 +277,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._signal_received, self._previous_handlers = None, {}
         self._writer, self._write_error = None, None
         self._active = False
-        self._dirty = False  # a step has started changing the parameters
+        self._dirty_step = None  # the step whose update has begun, until it completes
 
     @property
     def callback_order(self) -> int:
-        # After the loggers (10) and the stopping callbacks (100): a checkpoint
-        # holds what every other callback did during the step.
-        return 1000
+        # First: resume before the loggers open (and, in write mode,
+        # truncate) their files in their own on_run_start. A step is saved at
+        # the start of the next one, when every callback has finished it.
+        return -1000
 
     # ------------------------------------------------------------------ files
 
@@ -324,13 +325,22 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._lock.acquire()
         try:
             callbacks = _run_callbacks()
-            logged = [c.logger for c in callbacks if hasattr(c, "logger")]
-            self._run_loggers = tuple({id(x): x for x in [*logged, *self.loggers]}.values())
+            loggers = [c.logger for c in callbacks if hasattr(c, "logger")]
+            loggers += [c for c in callbacks if _is_logger(c)]
+            loggers = list({id(x): x for x in [*loggers, *self.loggers]}.values())
+            for logger in loggers:
+                if registry.lookup(type(logger)) is None:
+                    warnings.warn(f"nkserde: {type(logger).__name__} is not checkpointed: after a "
+                                  "resume its output may hold the steps after the checkpoint twice",
+                                  stacklevel=3)
+            self._run_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
             # logger wrappers are handled through their loggers, in place
-            self._run_callbacks = tuple(c for c in callbacks if _stateful(c) and not hasattr(c, "logger"))
-            self._completed, self._last_saved = driver.step_count, None
-            self.resumed_from, self.interrupted, self._dirty = None, None, False
+            self._run_callbacks = tuple(c for c in callbacks if _stateful(c)
+                                        and not hasattr(c, "logger") and not _is_logger(c))
+            self.resumed_from, self.interrupted, self._dirty_step = None, None, None
             self._start(driver)
+            # nothing of this run to save until it completes a step
+            self._completed = self._last_saved = driver.step_count
             self._install_signal_handlers()
             self._active = True
         except BaseException:
@@ -338,33 +348,35 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise
 
     def before_parameter_update(self, step, log_data, driver):
-        self._dirty = True
+        self._dirty_step = driver.step_count
 
-    def on_step_end(self, step, log_data, driver):
+    def on_step_start(self, step, log_data, driver):
         if not self._active:
             return
-        # We run last; NetKet increments step_count right after: the step is
-        # complete, every callback included.
-        self._completed = driver.step_count + 1
-        self._dirty = False
+        # Every callback has finished the previous step and NetKet has
+        # counted it: the driver is exactly `step_count` steps in.
+        self._dirty_step = None
+        self._completed = driver.step_count
         if self._signal_received is not None:
-            signum = self._signal_received
-            self.interrupted = signal.Signals(signum).name
-            self._save(driver, asynchronous=False)
+            self.interrupted = signal.Signals(self._signal_received).name
+            if self._last_saved != self._completed:
+                self._save(driver, asynchronous=False)
             raise nk.callbacks.StopRun(
-                f"received signal {signal.Signals(signum).name}: checkpointed step "
-                f"{self._completed} in {self.directory}")
-        if self._completed % self.every == 0:
+                f"received {self.interrupted}: checkpointed step {self._completed} in {self.directory}")
+        if self._completed % self.every == 0 and self._last_saved != self._completed:
             self._save(driver, asynchronous=self.async_save)
 
     def on_run_end(self, step, driver):
         if not self._active:
             return
         try:
-            # A StopRun raised in on_step_end by a callback that runs before
-            # us: that step's update is applied, its count not yet incremented.
-            # (a StopRun we raised ourselves already counted its step)
-            self._completed = max(self._completed, driver.step_count + (1 if self._dirty else 0))
+            # A StopRun raised in on_step_end (e.g. by EarlyStopping, or
+            # TDVP reaching its final time) comes after the step's update
+            # and before NetKet counts it: the step is complete.
+            if self._dirty_step is not None:
+                self._completed = self._dirty_step + 1
+            else:
+                self._completed = driver.step_count
             if self._last_saved != self._completed:
                 self._save(driver, asynchronous=False)
             self.wait()
@@ -377,12 +389,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if not self._active:
             return
         try:
-            if self._dirty:
-                # The error struck after this step began updating parameters:
-                # the driver is between two steps and cannot be saved as
-                # either. The last checkpoint stands.
+            if self._dirty_step is not None:
+                # The error struck after this step began updating parameters
+                # and before every callback finished it: the driver is
+                # between two steps and cannot be saved as either.
                 warnings.warn(
-                    f"nkserde: the run failed while step {driver.step_count} was being applied; "
+                    f"nkserde: the run failed while step {self._dirty_step} was being applied; "
                     f"the newest checkpoint is step {self._last_saved}", stacklevel=2)
             else:
                 self._completed = driver.step_count
@@ -435,8 +447,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._restore(driver, state)
             except NkserdeError as exc:
                 raise type(exc)(f"{path}: {exc}") from None
-            self._completed = self._last_saved = driver.step_count
-            self.resumed_from = self._completed
+            self.resumed_from = driver.step_count
             if self.resume == "force":
                 self._write_fingerprint(current)
             return
@@ -464,8 +475,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         driver._step_count = completed
         for live, new_obj in restored:
             _assign(live, new_obj)
-            if hasattr(live, "_flush_log"):
-                live._flush_log()  # the .log file now ends at the checkpoint step
+            _resume_logger_files(live)
 
     def _write_fingerprint(self, fp: dict):
         with atomic_write(self.directory / "fingerprint.json") as f:
@@ -545,6 +555,30 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._lock.release()
         if raise_write_error:
             self._raise_write_error()
+
+
+def _is_logger(callback) -> bool:
+    """NetKet loggers that are callbacks themselves (HDF5Log, TensorBoardLog)."""
+    return isinstance(callback, nk.logging.AbstractLog) or type(callback).__module__.startswith(
+        "netket._src.logging")
+
+
+def _resume_logger_files(logger):
+    """After a logger was restored in place: its files end at the checkpoint."""
+    if isinstance(logger, nk.logging.JsonLog):
+        logger._flush_log()  # rewrites the whole .log from the restored history
+    rows = vars(logger).pop("_nkserde_rows", None)
+    if rows is not None and os.path.exists(logger._file_name):
+        import h5py
+
+        with h5py.File(logger._file_name, "a") as f:
+            datasets = []
+            f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+            for name in datasets:
+                if name not in rows:
+                    del f[name]  # first logged after the checkpoint
+                elif f[name].shape and f[name].shape[0] > rows[name]:
+                    f[name].resize(rows[name], axis=0)
 
 
 def _assign(live, restored, skip=()):

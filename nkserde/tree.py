@@ -248,8 +248,18 @@ def _untemplated(state, path, to_jax=True):
     if isinstance(state, list):
         return [_untemplated(v, path + (i,), to_jax) for i, v in enumerate(state)]
     if isinstance(state, np.ndarray) and to_jax:
-        return jax.device_put(state, may_alias=True)
+        return jax.device_put(state, _replicated(), may_alias=True)
     return state
+
+
+def _replicated():
+    """Replicated over the global mesh when one is set (NetKet sets one), so
+    a value rebuilt without a template is laid out like the template's
+    parameters and jitted code is not recompiled for it; else the default."""
+    mesh = jax.sharding.get_mesh()
+    if mesh is None or mesh.empty:
+        return None
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 
 
 # --------------------------------------------------------------------------- built-in types

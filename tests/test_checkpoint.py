@@ -111,7 +111,7 @@ def test_signal_checkpoints_and_stops_cleanly(tmp_path, reference):
     first.run(N_STEPS, out=None, show_progress=False, callback=[interrupted, SignalAt(2)])
     assert interrupted.interrupted == "SIGUSR1"
     # the step in progress finished, was checkpointed, and the run returned
-    assert first.step_count == 2
+    assert first.step_count == 3
     assert nkserde.Checkpoint(tmp_path).steps() == [3]
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers restored
     driver = B.vmc()
@@ -270,3 +270,41 @@ def test_state_log_keeps_its_states_and_continues_numbering(tmp_path):
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ref
     for name in ref:
         assert (tmp_path / "run" / name).read_bytes() == (tmp_path / "ref" / name).read_bytes()
+
+
+def test_hdf5_log_is_cut_back_to_the_checkpoint_and_appended(tmp_path):
+    import h5py  # in the test extra
+
+    def read(path):
+        with h5py.File(path, "r") as f:
+            out = {}
+            f.visititems(lambda name, obj: out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+            return out
+
+    B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "ref")), show_progress=False)
+    with pytest.raises(RuntimeError):
+        B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "run")), show_progress=False,
+                    callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(5)])
+    # mode "write" (the default) would truncate the file: the resumed log appends instead
+    ckpt = nkserde.Checkpoint(tmp_path / "ck", every=2)
+    B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "run")), show_progress=False,
+                callback=ckpt)
+    assert ckpt.resumed_from == 5
+    ref, run = read(tmp_path / "ref.h5"), read(tmp_path / "run.h5")
+    assert sorted(ref) == sorted(run)
+    for name in ref:
+        if "wallclock" in name:
+            continue
+        assert np.asarray(ref[name]).tobytes() == np.asarray(run[name]).tobytes(), name
+    assert run["data/Energy/iter"].tolist() == list(range(N_STEPS))  # each step once
+
+
+def test_tensorboard_log_purges_steps_after_the_checkpoint(tmp_path):
+    first = nk.logging.TensorBoardLog(logdir=str(tmp_path / "tb"))
+    with pytest.raises(RuntimeError):
+        B.vmc().run(N_STEPS, out=first, show_progress=False,
+                    callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(5)])
+    second = nk.logging.TensorBoardLog(logdir=str(tmp_path / "tb"))
+    B.vmc().run(N_STEPS, out=second, show_progress=False,
+                callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
+    assert second._init_kwargs["purge_step"] == 5  # the checkpoint had logged steps 0..4

@@ -118,3 +118,57 @@ registry.register(
     free_fields=("last_step",),
     doc="last_step; steps_not_saved: int; next_file: int, the number of the next state file. "
         "The state files themselves stay on disk and are kept")
+
+
+# HDF5Log and TensorBoardLog ------------------------------------------------------
+
+
+def _hdf5_to_state(log) -> dict:
+    rows = {}
+    if log._writer is not None:
+        import h5py
+
+        log._writer.flush()
+        log._writer.visititems(
+            lambda name, obj: rows.__setitem__(name, obj.shape[0] if obj.shape else 0)
+            if isinstance(obj, h5py.Dataset) else None)
+    return {"rows": rows}
+
+
+def _hdf5_from_state(template, fields):
+    new = copy.copy(template)
+    # The file already holds the data up to the checkpoint (and maybe more):
+    # append to it rather than overwrite it, after the checkpoint manager has
+    # cut every dataset back to these row counts.
+    new._file_mode = "a"
+    new._writer = None
+    object.__setattr__(new, "_nkserde_rows", dict(fields["rows"]))  # not a NetKet field
+    return new
+
+
+registry.register(
+    nk.logging.HDF5Log, name="netket.logging.HDF5Log", version=1,
+    to_state=_hdf5_to_state, from_state=_hdf5_from_state, free_fields=("rows",),
+    doc="rows: {dataset path: number of rows at the checkpoint}; on resume the file's "
+        "datasets are cut back to them (datasets first logged later are removed), then appended")
+
+
+def _tensorboard_to_state(log) -> dict:
+    return {"last_step": log._old_step}
+
+
+def _tensorboard_from_state(template, fields):
+    new = copy.copy(template)
+    step = fields["last_step"]
+    if isinstance(step, int) and getattr(template, "_writer", None) is None:
+        # TensorBoard hides the events of steps >= purge_step written before
+        new._init_kwargs = {**template._init_kwargs, "purge_step": step + 1}
+    new._old_step = step
+    return new
+
+
+registry.register(
+    nk.logging.TensorBoardLog, name="netket.logging.TensorBoardLog", version=1,
+    to_state=_tensorboard_to_state, from_state=_tensorboard_from_state,
+    free_fields=("last_step",),
+    doc="last_step: the last logged step; the resumed writer purges the events after it")
