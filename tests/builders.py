@@ -84,17 +84,85 @@ def leaves(obj):
     return out
 
 
-def assert_identical(a, b):
-    """Bit-for-bit equality of two objects' state dicts."""
-    la, lb = leaves(a), leaves(b)
+def assert_same_leaves(la, lb):
+    """Bit-for-bit equality of two lists made by :func:`leaves`: arrays by
+    dtype, shape and bytes, scalars by type and value (NaN equals NaN)."""
     assert len(la) == len(lb)
     for x, y in zip(la, lb):
         if isinstance(x, np.ndarray):
             assert x.dtype == y.dtype and x.shape == y.shape
             assert x.tobytes() == y.tobytes()
         else:
-            assert x == y or (x != x and y != y)
+            assert type(x) is type(y) and (x == y or (x != x and y != y))
+
+
+def assert_identical(a, b):
+    """Bit-for-bit equality of two objects' state dicts."""
+    assert_same_leaves(leaves(a), leaves(b))
+
+
+def assert_unchanged(before, obj):
+    """``before`` is ``leaves(obj)`` taken earlier (e.g. before a load that
+    must not mutate its template)."""
+    assert_same_leaves(before, leaves(obj))
 
 
 def params_bytes(driver):
     return [np.asarray(p).tobytes() for p in jax.tree_util.tree_leaves(driver.state.parameters)]
+
+
+# Added for tests/test_resume.py ------------------------------------------------
+
+
+def infidelity(target="mc", **kw):
+    """Infidelity_SR fitting the usual RBM MCState to a target RBM built with
+    another seed: an MCState (target="mc", own sampler) or a FullSumState."""
+    _, hilbert, _ = system()
+    if target == "mc":
+        tgt = mc_state(seed=5, sampler_seed=7)
+    else:
+        tgt = nk.vqs.FullSumState(hilbert, nk.models.RBM(alpha=1, param_dtype=float), seed=3)
+    return nk.driver.Infidelity_SR(tgt, optax.sgd(1e-2), variational_state=mc_state(),
+                                   diag_shift=0.1, **kw)
+
+
+def steady_state(n_sites=3, preconditioner=None):
+    """SteadyState of a dissipative transverse-field Ising ring (sigma^- jumps),
+    NDM density matrix, MCMixedState with a sampler for its diagonal."""
+    hilbert = nk.hilbert.Spin(0.5, N=n_sites)
+    ham = nk.operator.LocalOperator(hilbert)
+    jumps = []
+    for i in range(n_sites):
+        ham += nk.operator.spin.sigmax(hilbert, i)
+        ham += nk.operator.spin.sigmaz(hilbert, i) @ nk.operator.spin.sigmaz(hilbert, (i + 1) % n_sites)
+        jumps.append(nk.operator.spin.sigmam(hilbert, i))
+    lind = nk.operator.LocalLiouvillian(ham, jumps)
+    vs = nk.vqs.MCMixedState(
+        nk.sampler.MetropolisLocal(lind.hilbert, n_chains=8), nk.models.NDM(),
+        sampler_diag=nk.sampler.MetropolisLocal(hilbert, n_chains=8),
+        n_samples=64, n_samples_diag=64, seed=0, sampler_seed=1, n_discard_per_chain=2)
+    kw = {} if preconditioner is None else {"preconditioner": preconditioner}
+    return nk.driver.SteadyState(lind, optax.sgd(1e-2), variational_state=vs, **kw)
+
+
+# one initializer object, so that models built by different calls compare equal
+# and JAX reuses its compiled functions across drivers
+_INIT_0_3 = jax.nn.initializers.normal(0.3)
+
+
+def tdvp_imag(integrator="RK4", schmitt=False, exact=True, dt=0.01, driver_kw=None, **kw):
+    """Imaginary-time TDVP of the Ising chain. The RBM starts from weights of
+    standard deviation 0.3 (not ~0.01), so the energy visibly moves at every
+    step and the adaptive integrators reject and resize steps. ``kw`` go to
+    the integrator, ``driver_kw`` to the driver."""
+    _, hilbert, H = system()
+    model = nk.models.RBM(alpha=1, param_dtype=float, kernel_init=_INIT_0_3,
+                          hidden_bias_init=_INIT_0_3, visible_bias_init=_INIT_0_3)
+    if exact:
+        vs = nk.vqs.FullSumState(hilbert, model, seed=0)
+    else:
+        vs = mc_state(model=model, n_samples=64)
+    solver = getattr(nkx.dynamics, integrator)(dt=dt, **kw)
+    cls = nkx.driver.TDVPSchmitt if schmitt else nkx.TDVP
+    return cls(H, variational_state=vs, ode_solver=solver, propagation_type="imag",
+               **(driver_kw or {}))

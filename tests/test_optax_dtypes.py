@@ -24,20 +24,10 @@ import optax
 import pytest
 
 import nkserde
-from builders import assert_identical, leaves
+from builders import assert_identical, assert_unchanged, leaves
 from nkserde.errors import TemplateMismatchError, UnregisteredTypeError
 
 assert jax.config.jax_enable_x64, "netket enables x64; the uint64/float64 JAX cases rely on it"
-
-
-def assert_unchanged(before, obj):
-    after = leaves(obj)
-    assert len(before) == len(after)
-    for x, y in zip(before, after):
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
-        else:
-            assert type(x) is type(y) and (x == y or (x != x and y != y))
 
 
 def assert_differs(a, b):

@@ -50,7 +50,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from builders import N, assert_identical, leaves, system
+from builders import N, assert_identical, assert_unchanged, leaves, system
 
 R = nk.sampler.rules
 N_CHAINS = 8
@@ -93,17 +93,6 @@ def assert_differs(a, b):
         (isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or
         (not isinstance(x, np.ndarray) and x != y)
         for x, y in zip(la, lb))
-
-
-def assert_unchanged(before, obj):
-    """``before`` is ``leaves(obj)`` taken before the load."""
-    after = leaves(obj)
-    assert len(before) == len(after)
-    for x, y in zip(before, after):
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes()
-        else:
-            assert x == y or (x != x and y != y)
 
 
 def is_numpy_sampler(sampler):

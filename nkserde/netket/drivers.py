@@ -8,9 +8,12 @@ the template.
 
 from __future__ import annotations
 
+import copy
+
 import netket as nk
 import netket.experimental as nkx
 
+from .. import registry
 from ._common import register_attributes
 
 _COMMON = {
@@ -36,10 +39,40 @@ register_attributes(
     doc="state; optimizer_state; step: int; momentum: pytree or None (SPRING / "
         "momentum buffer); loss_statistics: online MCMC statistics of the loss")
 
-register_attributes(
-    nk.driver.Infidelity_SR, "netket.driver.Infidelity_SR",
-    dict(_OPTIMIZATION, target_state="target_state"), subclasses=True,
-    doc="state; optimizer_state; step: int; momentum: pytree or None; target_state")
+_INFIDELITY = dict(_OPTIMIZATION, target_state="target_state")
+
+
+def _without_cached_samples(vs):
+    # Infidelity_SR resets the target state before every step, so its next
+    # samples are drawn from its *current* sampler state. The MCState schema
+    # stores the sampler state the cached samples were drawn from (so that a
+    # loaded state draws them again): drop the cache, on a copy, so the current
+    # sampler state is stored instead.
+    if isinstance(vs, nk.vqs.MCState) and vs._samples is not None:
+        vs = copy.copy(vs)
+        vs._samples = None
+    return vs
+
+
+def _infidelity_to_state(driver) -> dict:
+    fields = {key: getattr(driver, attr) for key, attr in _INFIDELITY.items()}
+    fields["target_state"] = _without_cached_samples(fields["target_state"])
+    return fields
+
+
+def _infidelity_from_state(template, fields: dict):
+    new = copy.copy(template)
+    for key, attr in _INFIDELITY.items():
+        object.__setattr__(new, attr, fields[key])
+    return new
+
+
+registry.register(
+    nk.driver.Infidelity_SR, name="netket.driver.Infidelity_SR", version=1,
+    to_state=_infidelity_to_state, from_state=_infidelity_from_state, subclasses=True,
+    doc="state; optimizer_state; step: int; momentum: pytree or None; target_state: "
+        "the target's variational state, with the sampler state its next samples are "
+        "drawn from (the driver resamples the target at every step)")
 
 _DYNAMICS = dict(_COMMON, integrator="_integrator", last_update="_dw")
 
