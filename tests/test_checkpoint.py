@@ -308,3 +308,24 @@ def test_tensorboard_log_purges_steps_after_the_checkpoint(tmp_path):
     B.vmc().run(N_STEPS, out=second, show_progress=False,
                 callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
     assert second._init_kwargs["purge_step"] == 5  # the checkpoint had logged steps 0..4
+
+
+@pytest.mark.parametrize("cls", [nk.logging.MLFlowLog, nk.logging.WandbLog])
+def test_tracking_loggers_continue_the_same_run(cls):
+    """mlflow and wandb are not installed here (their constructors import
+    them), so this tests the state round trip on loggers built without
+    __init__, with the attributes NetKet 3.23 sets."""
+    from types import SimpleNamespace
+
+    def make(run):
+        log = cls.__new__(cls)
+        for name, value in {"_run": run, "_run_id": None, "_old_step": 0,
+                            "_steps_since_last_params": 0}.items():
+            object.__setattr__(log, name, value)
+        return log
+
+    live = make(SimpleNamespace(info=SimpleNamespace(run_id="abc123"), id="abc123"))
+    object.__setattr__(live, "_old_step", 41)
+    object.__setattr__(live, "_steps_since_last_params", 3)
+    restored = nkserde.from_state_dict(make(None), nkserde.state_dict(live))
+    assert (restored._run_id, restored._old_step, restored._steps_since_last_params) == ("abc123", 41, 3)

@@ -172,3 +172,31 @@ registry.register(
     to_state=_tensorboard_to_state, from_state=_tensorboard_from_state,
     free_fields=("last_step",),
     doc="last_step: the last logged step; the resumed writer purges the events after it")
+
+
+# MLFlowLog and WandbLog --------------------------------------------------------
+
+
+def _tracking_to_state(log) -> dict:
+    run = getattr(log, "_run", None)
+    run_id = run.info.run_id if hasattr(run, "info") else getattr(run, "id", None)
+    return {"run_id": run_id or log._run_id, "last_step": log._old_step,
+            "steps_since_last_params": log._steps_since_last_params}
+
+
+def _tracking_from_state(template, fields):
+    new = copy.copy(template)
+    if getattr(template, "_run", None) is None and fields["run_id"] is not None:
+        new._run_id = fields["run_id"]  # the resumed run logs into the same tracking run
+    new._old_step = fields["last_step"]
+    new._steps_since_last_params = fields["steps_since_last_params"]
+    return new
+
+
+for _cls, _name in ((nk.logging.MLFlowLog, "netket.logging.MLFlowLog"),
+                    (nk.logging.WandbLog, "netket.logging.WandbLog")):
+    registry.register(
+        _cls, name=_name, version=1, to_state=_tracking_to_state, from_state=_tracking_from_state,
+        free_fields=("run_id", "last_step"),
+        doc="run_id: str or None, the tracking run to continue; last_step; "
+            "steps_since_last_params: int")
