@@ -13,8 +13,8 @@ stateful callback of the run, and sets ``step_count`` (and, through the
 integrator, ``t``). NetKet fixes the end of a run before ``on_run_start``,
 so the same ``run(...)`` call then does only the remaining steps.
 
-This module uses nkserde like a user does: ``save_state_dict`` / ``load`` /
-``verify``. One checkpoint is one file ``step-<completed steps>.nks``; the
+This module uses nkserde like a user does: ``save_state_dict``,
+``load_state_dict``, ``from_state_dict``, ``verify``. One checkpoint is one file ``step-<completed steps>.nks``; the
 directory also holds ``fingerprint.json`` (what defines the run) and, while
 a run is active, ``.lock``.
 """
@@ -43,7 +43,7 @@ from netket.utils import struct
 
 from . import api, registry
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
-from .format.atomic import atomic_write
+from .format.atomic import atomic_write, pid_alive
 
 RESUME_MODES = ("auto", "force", "never", "must")
 _STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
@@ -153,7 +153,7 @@ class _Lock:
                     host, pid = self.path.read_text().split()
                 except (OSError, ValueError):
                     host, pid = "", "0"  # unreadable or half written: treat as stale
-                if host == socket.gethostname() and pid.isdigit() and not _alive(int(pid)):
+                if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
                     continue
@@ -175,16 +175,6 @@ class _Lock:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
             self.held = False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _host_copy(state):

@@ -21,7 +21,8 @@ def _temp_name(target: Path) -> str:
     return f".{target.name}~{socket.gethostname()}~{os.getpid()}{TEMP_MARK}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -49,7 +50,7 @@ def remove_stale_temps(directory: Path) -> list[Path]:
             continue
         pid = int(parts[2])
         # our own pid: possibly a save in flight in another thread
-        if pid == os.getpid() or _pid_alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         with contextlib.suppress(OSError):
             os.unlink(entry.path)
