@@ -245,6 +245,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _write_error: Any = struct.field(pytree_node=False, serialize=False)
     _active: bool = struct.field(pytree_node=False, serialize=False)
     _dirty_step: int | None = struct.field(pytree_node=False, serialize=False)
+    _nothing_to_do: bool = struct.field(pytree_node=False, serialize=False)
 
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
@@ -268,6 +269,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._writer, self._write_error = None, None
         self._active = False
         self._dirty_step = None  # the step whose update has begun, until it completes
+        self._nothing_to_do = False  # resumed the final checkpoint of a stopped run
 
     @property
     def callback_order(self) -> int:
@@ -328,6 +330,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._run_callbacks = tuple(c for c in callbacks if _stateful(c)
                                         and not hasattr(c, "logger") and not _is_logger(c))
             self.resumed_from, self.interrupted, self._dirty_step = None, None, None
+            self._nothing_to_do = False
             self._start(driver)
             # nothing of this run to save until it completes a step
             self._completed = self._last_saved = driver.step_count
@@ -347,6 +350,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # counted it: the driver is exactly `step_count` steps in.
         self._dirty_step = None
         self._completed = driver.step_count
+        if self._nothing_to_do:  # raised here, once every callback has started
+            raise nk.callbacks.RunFinished(
+                f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
         if self._signal_received is not None:
             self.interrupted = signal.Signals(self._signal_received).name
             if self._last_saved != self._completed:
@@ -360,15 +366,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if not self._active:
             return
         try:
-            # A StopRun raised in on_step_end (e.g. by EarlyStopping, or
-            # TDVP reaching its final time) comes after the step's update
-            # and before NetKet counts it: the step is complete.
-            if self._dirty_step is not None:
-                self._completed = self._dirty_step + 1
-            else:
-                self._completed = driver.step_count
-            if self._last_saved != self._completed:
-                self._save(driver, asynchronous=False)
+            # A StopRun raised in on_step_end (EarlyStopping, TDVP's step that
+            # reports its final time) ends the run after that step's update and
+            # before NetKet counts it. NetKet's count is kept, and the
+            # checkpoint says the run stopped there, so a rerun of the same
+            # script stops too instead of doing that step again.
+            # (after a normal last step NetKet has counted it already)
+            stopped = self._dirty_step is not None and self._dirty_step == driver.step_count
+            self._completed = driver.step_count
+            if self._last_saved != self._completed or stopped:
+                self._save(driver, asynchronous=False, stopped=stopped)
             self.wait()
         finally:
             self._finish()
@@ -398,10 +405,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     # ----------------------------------------------------------------- resume
 
-    def _payload(self, driver, completed: int) -> dict:
+    def _payload(self, driver, completed: int, stopped: bool = False) -> dict:
         return {
             "driver": driver,
             "completed_steps": completed,
+            "stopped": stopped,
             "loggers": _keyed(self._run_loggers),
             "callbacks": _keyed(self._run_callbacks),
         }
@@ -440,6 +448,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self.resumed_from = driver.step_count
             if self.resume == "force":
                 self._write_fingerprint(current)
+            t_end = getattr(driver, "_t_end", None)  # TDVP: a longer run continues
+            self._nothing_to_do = bool(state.get("stopped")) and (t_end is None or driver.t >= t_end)
             return
         if self.resume == "must":
             raise NkserdeError(f"{self.directory}: no checkpoint verifies; nothing to resume")
@@ -481,10 +491,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     # ------------------------------------------------------------------- save
 
-    def _save(self, driver, *, asynchronous: bool):
+    def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
         completed = self._completed
         self._raise_write_error()
-        state = api.state_dict(self._payload(driver, completed))
+        state = api.state_dict(self._payload(driver, completed, stopped))
         path = self.path(completed)
         if not asynchronous:
             self.wait()

@@ -1,0 +1,152 @@
+"""One NetKet run in a process of its own, for tests/test_checkpoint_kill.py.
+
+    python _ckpt_script.py DRIVER WORKDIR [--mode MODE] [--every E] [--sync]
+
+DRIVER is ``vmc`` or ``vmc_sr`` (8 steps) or ``tdvp`` (RK4, FullSumState,
+``run(0.08)`` with dt=0.01), built with fixed seeds by tests/builders.py.
+MODE is ``checkpointed`` (``nkserde.checkpointed(driver, WORKDIR/ckpt,
+...)``), ``callback`` (``callback=nkserde.Checkpoint(WORKDIR/ckpt, ...)``)
+or ``plain`` (no checkpoint: the reference). The run logs to
+``out="WORKDIR/out/log"`` (NetKet makes a JsonLog of it) and, at the end,
+writes the final parameters, step count and time to ``WORKDIR/result.npz``.
+
+It prints, one line each, flushed:
+    resumed_from <step|None> params <digest>
+                                 when the run starts, after the Checkpoint's
+                                 on_run_start: where it resumed, and a
+                                 digest of the parameters it starts from
+    step <k>                     in on_step_end of step k (k = 1, 2, ...),
+                                 after the loggers and the Checkpoint
+    writing <file>               see CKPT_SLOW_WRITE
+    finished step_count=<n> t=<t> params <digest>
+    interrupted <signal name|None>   (the Checkpoint's ``interrupted``)
+
+Environment:
+    CKPT_STEP_DELAY=<s>          sleep s seconds after each "step" line, so
+                                 that a signal sent on reading it arrives
+                                 between two steps.
+    CKPT_SLOW_WRITE=<k>:<s>      the write of checkpoint k stops for s seconds
+                                 after its data, before the fsync and rename
+                                 that publish it (its temporary file exists).
+    CKPT_JAX_CACHE=<dir>         JAX persistent compilation cache (only makes
+                                 the processes after the first start faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import jax
+
+if os.environ.get("CKPT_JAX_CACHE"):
+    jax.config.update("jax_compilation_cache_dir", os.environ["CKPT_JAX_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+import netket as nk
+import numpy as np
+
+import nkserde
+import nkserde.format.writer
+
+import builders  # tests/ is sys.path[0]: this script lives there
+
+AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08}
+BUILD = {"vmc": builders.vmc, "vmc_sr": builders.vmc_sr, "tdvp": builders.tdvp}
+
+CHECKPOINT = None  # the run's Checkpoint, once it exists
+
+
+def checkpoint():
+    return CHECKPOINT() if callable(CHECKPOINT) else CHECKPOINT
+
+
+def digest(driver) -> str:
+    h = hashlib.sha256()
+    for x in jax.tree_util.tree_leaves(driver.state.parameters):
+        h.update(np.asarray(x).tobytes())
+    return h.hexdigest()[:16]
+
+
+class Printer(nk.callbacks.AbstractCallback):
+    """Reports progress on stdout; runs after the Checkpoint and the loggers
+    (whatever their orders, up to 1000)."""
+
+    @property
+    def callback_order(self) -> int:
+        return 1500
+
+    def on_run_start(self, step, driver):
+        ckpt = checkpoint()
+        print(f"resumed_from {None if ckpt is None else ckpt.resumed_from} params {digest(driver)}",
+              flush=True)
+
+    def on_step_end(self, step, log_data, driver):
+        # NetKet increments step_count after on_step_end
+        print(f"step {driver.step_count + 1}", flush=True)
+        time.sleep(float(os.environ.get("CKPT_STEP_DELAY", "0")))
+
+
+def slow_down_a_write():
+    spec = os.environ.get("CKPT_SLOW_WRITE")
+    if not spec:
+        return
+    step, seconds = spec.split(":")
+    name = f"step-{int(step):010d}.nks"
+    original = nkserde.format.writer.atomic_write
+
+    @contextlib.contextmanager
+    def atomic_write(target):
+        with original(target) as f:
+            yield f
+            if Path(target).name == name:
+                f.flush()
+                print(f"writing {name}", flush=True)
+                time.sleep(float(seconds))
+
+    nkserde.format.writer.atomic_write = atomic_write
+
+
+def main():
+    global CHECKPOINT
+    parser = argparse.ArgumentParser()
+    parser.add_argument("driver", choices=sorted(BUILD))
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--mode", choices=("checkpointed", "callback", "plain"), default="checkpointed")
+    parser.add_argument("--every", type=int, default=2)
+    parser.add_argument("--sync", action="store_true", help="async_save=False")
+    args = parser.parse_args()
+    slow_down_a_write()
+
+    driver = BUILD[args.driver]()
+    ckpt_dir = args.workdir / "ckpt"
+    options = {"every": args.every, "async_save": not args.sync}
+    callbacks = [Printer()]
+    if args.mode == "checkpointed":
+        driver = nkserde.checkpointed(driver, ckpt_dir, **options)
+        CHECKPOINT = lambda: driver.last_checkpoint  # noqa: E731  (made by run())
+    elif args.mode == "callback":
+        CHECKPOINT = nkserde.Checkpoint(ckpt_dir, **options)
+        callbacks.append(CHECKPOINT)
+
+    driver.run(AMOUNT[args.driver], out=str(args.workdir / "out" / "log"), callback=callbacks,
+               show_progress=False)
+
+    leaves = jax.tree_util.tree_leaves_with_path(driver.state.parameters)
+    arrays = {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}
+    t = float(driver.t) if args.driver == "tdvp" else float("nan")
+    with open(args.workdir / "result.npz", "wb") as f:
+        np.savez(f, step_count=np.asarray(driver.step_count), t=np.asarray(t), **arrays)
+    print(f"finished step_count={driver.step_count} t={t!r} params {digest(driver)}", flush=True)
+    ckpt = checkpoint()
+    print(f"interrupted {None if ckpt is None else ckpt.interrupted}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
