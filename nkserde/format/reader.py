@@ -4,7 +4,6 @@ naming the file and what failed, never a raw msgpack/zstd/struct error."""
 from __future__ import annotations
 
 import math
-import mmap
 import os
 from pathlib import Path
 
@@ -96,18 +95,10 @@ def _check_entry(entry, i, payload_end, path):
         raise _corrupt(path, f"array {i}: payload position out of bounds")
 
 
-_MMAP_THRESHOLD = 1 << 20
-
-
 def aligned_empty(nbytes: int) -> np.ndarray:
     """A uint8 buffer whose address is a multiple of ALIGNMENT, so that JAX
-    can alias it instead of copying.
-
-    Large buffers are anonymous mmaps (page aligned): numpy's own allocator
-    asks for transparent huge pages, whose first-touch faults made reading a
-    page-cached file into fresh buffers erratic and up to 3x slower here."""
-    if nbytes >= _MMAP_THRESHOLD:
-        return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
+    can alias it instead of copying. (Anonymous mmaps instead of numpy's
+    allocator made 10-100 MB loads 2-3x slower here: 4 KiB page faults.)"""
     buf = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = (-buf.ctypes.data) % ALIGNMENT
     return buf[start : start + nbytes]
