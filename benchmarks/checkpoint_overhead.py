@@ -232,7 +232,15 @@ def bench_model(name, steps, repeat, parent: Path) -> dict:
     runs: dict = {label: [] for label, _ in CONFIGS}
     for r in range(repeat):
         for label, option in CONFIGS:
-            row = timed_run(fresh(), steps, option, parent)
+            for attempt in range(3):
+                driver = fresh()
+                row = timed_run(driver, steps, option, parent)
+                if driver.step_count == steps:
+                    break
+                # e.g. a SIGTERM from outside: the Checkpoint stops the run early
+                print(f"  {label}: the run stopped at step {driver.step_count} of {steps}; again", flush=True)
+            else:
+                raise SystemExit(f"{name} {label}: no run completed its {steps} steps")
             runs[label].append(row)
             print(f"  repeat {r + 1}/{repeat} {label:15s} total {row['total']:8.3f} s  loop {row['loop']:8.3f} s",
                   flush=True)
