@@ -514,7 +514,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             api.save_state_dict(state, path, root_type="checkpoint")
             api.verify(path)  # only a verified checkpoint may retire older ones
             self._retain(completed)
-        except BaseException as exc:  # re-raised in the run's thread
+        except Exception as exc:  # re-raised in the run's thread (Ctrl-C propagates as is)
             self._write_error = exc
 
     def wait(self):
