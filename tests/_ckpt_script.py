@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +62,16 @@ AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08}
 BUILD = {"vmc": builders.vmc, "vmc_sr": builders.vmc_sr, "tdvp": builders.tdvp}
 
 CHECKPOINT = None  # the run's Checkpoint, once it exists
+_STDOUT = threading.Lock()
+
+
+def say(line: str) -> None:
+    """One whole line per write: the async writer thread prints too, and
+    print() writes the text and its newline separately, so two threads'
+    lines could interleave ("step 5writing ...")."""
+    with _STDOUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def checkpoint():
@@ -84,12 +95,11 @@ class Printer(nk.callbacks.AbstractCallback):
 
     def on_run_start(self, step, driver):
         ckpt = checkpoint()
-        print(f"resumed_from {None if ckpt is None else ckpt.resumed_from} params {digest(driver)}",
-              flush=True)
+        say(f"resumed_from {None if ckpt is None else ckpt.resumed_from} params {digest(driver)}")
 
     def on_step_end(self, step, log_data, driver):
         # NetKet increments step_count after on_step_end
-        print(f"step {driver.step_count + 1}", flush=True)
+        say(f"step {driver.step_count + 1}")
         time.sleep(float(os.environ.get("CKPT_STEP_DELAY", "0")))
 
 
@@ -107,7 +117,7 @@ def slow_down_a_write():
             yield f
             if Path(target).name == name:
                 f.flush()
-                print(f"writing {name}", flush=True)
+                say(f"writing {name}")
                 time.sleep(float(seconds))
 
     nkserde.format.writer.atomic_write = atomic_write
@@ -143,9 +153,9 @@ def main():
     t = float(driver.t) if args.driver == "tdvp" else float("nan")
     with open(args.workdir / "result.npz", "wb") as f:
         np.savez(f, step_count=np.asarray(driver.step_count), t=np.asarray(t), **arrays)
-    print(f"finished step_count={driver.step_count} t={t!r} params {digest(driver)}", flush=True)
+    say(f"finished step_count={driver.step_count} t={t!r} params {digest(driver)}")
     ckpt = checkpoint()
-    print(f"interrupted {None if ckpt is None else ckpt.interrupted}", flush=True)
+    say(f"interrupted {None if ckpt is None else ckpt.interrupted}")
 
 
 if __name__ == "__main__":
