@@ -44,6 +44,7 @@ from netket.utils import struct
 from . import api, registry
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
+from .parts import map_arrays
 
 RESUME_MODES = ("auto", "force", "never", "must")
 _STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
@@ -180,13 +181,7 @@ class _Lock:
 def _host_copy(state):
     """A private copy of every array in a state dict: the background write
     must not see buffers the run mutates or donates afterwards."""
-    if isinstance(state, dict):
-        return {k: _host_copy(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [_host_copy(v) for v in state]
-    if isinstance(state, np.ndarray):
-        return np.array(state, copy=True)
-    return state
+    return map_arrays(lambda a: np.array(a, copy=True), state)
 
 
 _PENDING: weakref.WeakSet = weakref.WeakSet()

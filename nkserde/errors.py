@@ -31,6 +31,17 @@ class UnregisteredTypeError(NkserdeError):
     registration."""
 
 
+class ProcessMismatchError(NkserdeError):
+    """In a run of several processes, a value that should be the same on
+    every process (parameters, optimizer state, structure) differs: a bug in
+    the run, reported before anything is written."""
+
+
+class DistributedSaveError(NkserdeError):
+    """A save from several processes failed on one of them (all of them
+    raise it; the target file is untouched)."""
+
+
 def format_path(path) -> str:
     """``("state", "parameters", "Dense")`` -> ``"state/parameters/Dense"``;
     the empty path is the root, ``"<root>"``."""

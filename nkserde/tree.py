@@ -11,6 +11,7 @@ decides the structure and the types, the state dict provides the numbers.
 from __future__ import annotations
 
 from collections.abc import Mapping
+import warnings
 from typing import Any
 
 import jax
@@ -18,6 +19,7 @@ import numpy as np
 
 from . import registry
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from .parts import GlobalArray, PerProcess, ProcessValues, Resizable
 
 TYPE, VERSION = "@type", "@version"
 _SCALARS = (bool, int, float, complex, str, bytes)
@@ -27,12 +29,24 @@ def _is_key_array(x) -> bool:
     return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def _host_array(x: jax.Array) -> np.ndarray:
-    if not x.is_fully_addressable:
-        from jax.experimental import multihost_utils
+def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
+    """A host view of ``x``. Spread over processes, a replicated array is this
+    process's copy and a split one a :class:`GlobalArray` of the blocks this
+    process writes (one replica of each, the ``replica_id == 0`` one):
+    nothing is gathered across processes."""
+    if x.is_fully_addressable:
+        return np.asarray(x)  # zero-copy for CPU arrays
+    if x.sharding.is_fully_replicated:
+        return np.asarray(x.addressable_data(0))
+    blocks = tuple(
+        (tuple(s.start or 0 for s in _full_index(shard.index, x.shape)), np.asarray(shard.data))
+        for shard in x.addressable_shards if shard.replica_id == 0)
+    return GlobalArray(tuple(x.shape), np.dtype(x.dtype), blocks)
 
-        x = multihost_utils.process_allgather(x, tiled=True)
-    return np.asarray(x)  # zero-copy for CPU arrays
+
+def _full_index(index, shape):
+    return tuple(slice(*s.indices(n)) for s, n in zip(index, shape)) + tuple(
+        slice(0, n) for n in shape[len(index):])
 
 
 # --------------------------------------------------------------------------- save
@@ -56,6 +70,10 @@ def to_state_dict(obj, path=()) -> Any:
     reg = registry.lookup(type(obj))
     if reg is not None:
         return _node(reg, obj, path)
+    if isinstance(obj, PerProcess):
+        return PerProcess(to_state_dict(obj.value, path))
+    if isinstance(obj, Resizable):
+        return to_state_dict(obj.value, path)
     if isinstance(obj, Mapping):
         out = {}
         for k, v in obj.items():
@@ -114,6 +132,10 @@ def from_state_dict(template, state, path=()) -> Any:
     The template is not mutated."""
     if state is None:  # an optional value that was unset when saved
         return None
+    if isinstance(template, PerProcess) or isinstance(state, ProcessValues):
+        return _restore_per_process(template, state, path)
+    if isinstance(template, Resizable):
+        return from_state_dict(template.value, _resize(template.value, state, path), path)
     if isinstance(template, jax.Array) and _is_key_array(template):
         return _restore_node(KEY_REGISTRATION, template, state, path)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
@@ -176,6 +198,45 @@ def _restore_node(reg: registry.Registration, template, state, path):
         for s, k in keys.items()
     }
     return reg.from_state(template, restored)
+
+
+def _restore_per_process(template, state, path):
+    """This process's value of a per-process field (see parts.PerProcess)."""
+    derive = template.derive if isinstance(template, PerProcess) else None
+    template = template.value if isinstance(template, PerProcess) else template
+    if not isinstance(state, ProcessValues):  # saved before the field was per-process
+        return from_state_dict(template, state, path)
+    saved, rank = len(state.values), jax.process_index()
+    if not saved:
+        raise mismatch(path, state, template, "no saved process values")
+    value = from_state_dict(template, state.values[rank % saved], path)
+    copy = rank // saved
+    if copy:
+        if derive is None:
+            warnings.warn(f"nkserde: {format_path(path)}: process {rank} reuses the saved value of "
+                          f"process {rank % saved} unchanged (saved by {saved} processes)",
+                          stacklevel=2)
+        else:
+            value = derive(value, copy)
+    return value
+
+
+def _resize(template, state, path):
+    """``state`` with its leading axis cut or filled to the template's length
+    (see parts.Resizable); unchanged if the shapes already agree."""
+    if not isinstance(state, np.ndarray) or not hasattr(template, "shape"):
+        return state
+    t_shape = tuple(template.shape)
+    if state.shape == t_shape or state.ndim == 0 or state.shape[1:] != t_shape[1:] or not state.shape[0]:
+        return state
+    saved, wanted = state.shape[0], t_shape[0]
+    if wanted < saved:
+        how = f"keeps the first {wanted}"
+    else:
+        how = f"keeps all {saved} and fills {wanted - saved} by repeating them"
+    warnings.warn(f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: "
+                  f"the load {how}", stacklevel=2)
+    return state[np.arange(wanted) % saved]
 
 
 def _restore_array(template, state, path):
@@ -241,6 +302,8 @@ def _untemplated(state, path, to_jax=True):
     (e.g. a momentum buffer created at the first step; arrays become JAX
     arrays) or for a registration's free fields (arrays stay numpy).
     Registered objects need a template."""
+    if isinstance(state, ProcessValues):
+        return _untemplated(state.values[jax.process_index() % len(state.values)], path, to_jax)
     if isinstance(state, dict):
         if TYPE in state:
             raise mismatch(path, state, None, "a stored object needs a template object to load into")

@@ -228,7 +228,8 @@ def test_header_cannot_reference_arrays_out_of_range(tmp_path):
     from nkserde.format.checksum import checksum
     from nkserde.format.layout import END_MAGIC, FORMAT_VERSION, MAGIC
 
-    header = msgpack.packb({"format_version": 1, "meta": {}, "tree": {"a": {"@array": 5}}, "arrays": []})
+    header = msgpack.packb({"format_version": FORMAT_VERSION, "meta": {}, "tree": {"a": {"@array": 5}},
+                            "arrays": []})
     blob = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0) + header
     blob += TRAILER.pack(PREAMBLE.size, len(header), checksum(header), END_MAGIC)
     path = tmp_path / "h.nks"
@@ -239,9 +240,70 @@ def test_header_cannot_reference_arrays_out_of_range(tmp_path):
 
 def test_info(saved):
     meta = nkserde.info(saved)
-    assert meta["format_version"] == 1
+    assert meta["format_version"] == nkserde.format.FORMAT_VERSION
     for key in ("nkserde", "netket", "jax", "flax", "numpy", "python", "created", "process_count",
                 "root_type", "types"):
         assert key in meta
     assert meta["process_count"] == 1
     assert meta["root_type"] == "dict"
+
+
+def _frame(tmp_path, version, header: dict, payload: bytes = b"", name="f.nks"):
+    """A file of format ``version`` around a hand-made header and payload
+    (the payload starts at offset 64)."""
+    import msgpack
+
+    from nkserde.format.checksum import checksum
+    from nkserde.format.layout import END_MAGIC, MAGIC
+
+    head = PREAMBLE.pack(MAGIC, version, 0)
+    body = head + bytes(64 - len(head)) + payload
+    raw = msgpack.packb({"format_version": version, **header}, use_bin_type=True)
+    path = tmp_path / name
+    path.write_bytes(body + raw + TRAILER.pack(len(body), len(raw), checksum(raw), END_MAGIC))
+    return path
+
+
+def test_format_1_files_still_load(tmp_path):
+    """Files written before block entries existed (format 1) load unchanged."""
+    from nkserde.format.checksum import checksum
+
+    data = np.arange(6, dtype=np.float64)
+    entry = {"dtype": "float64", "shape": [2, 3], "offset": 64, "nbytes": 48, "stored": 48,
+             "codec": "raw", "checksum": checksum(data.tobytes())}
+    path = _frame(tmp_path, 1, {"meta": {}, "tree": {"w": {"@array": 0}}, "arrays": [entry]},
+                  data.tobytes())
+    out = nkserde.load({"w": np.zeros((2, 3))}, path)
+    np.testing.assert_array_equal(out["w"], data.reshape(2, 3))
+    # block entries are a format-2 feature: a format-1 file with one is damaged
+    blocked = {"dtype": "float64", "shape": [2, 3], "blocks": []}
+    path = _frame(tmp_path, 1, {"meta": {}, "tree": {"w": {"@array": 0}}, "arrays": [blocked]})
+    with pytest.raises(CorruptFileError, match="malformed index entry"):
+        nkserde.load({"w": np.zeros((2, 3))}, path)
+
+
+def _blocks_file(tmp_path, starts_shapes, shape=(4, 3)):
+    """A format-2 file whose one array is given as blocks of arange data."""
+    from nkserde.format.checksum import checksum
+
+    full = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    payload, blocks = b"", []
+    for start, bshape in starts_shapes:
+        data = full[tuple(slice(s, s + n) for s, n in zip(start, bshape))].tobytes()
+        payload += data + bytes(-len(data) % 64)
+        blocks.append({"start": list(start), "shape": list(bshape), "offset": 64 + len(payload) - len(data)
+                       - (-len(data) % 64), "stored": len(data), "codec": "raw",
+                       "checksum": checksum(data)})
+    entry = {"dtype": "int32", "shape": list(shape), "blocks": blocks}
+    return full, _frame(tmp_path, 2, {"meta": {}, "tree": {"a": {"@array": 0}}, "arrays": [entry]}, payload)
+
+
+def test_blocks_are_assembled_and_checked(tmp_path):
+    full, path = _blocks_file(tmp_path, [((2, 0), (2, 3)), ((0, 0), (2, 2)), ((0, 2), (2, 1))])
+    np.testing.assert_array_equal(nkserde.load({"a": np.zeros((4, 3), np.int32)}, path)["a"], full)
+    for bad, why in [([((0, 0), (2, 3)), ((1, 0), (3, 3))], "malformed block|overlap|fill"),
+                     ([((0, 0), (2, 3)), ((1, 0), (2, 3))], "overlap"),
+                     ([((0, 0), (2, 3))], "do not fill")]:
+        _, path = _blocks_file(tmp_path, bad)
+        with pytest.raises(CorruptFileError, match=why):
+            nkserde.load({"a": np.zeros((4, 3), np.int32)}, path)

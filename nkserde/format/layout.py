@@ -9,7 +9,7 @@ import numpy as np
 
 MAGIC = b"\x89NKSERD\n"  # 8 bytes; the high first byte keeps it from reading as text
 END_MAGIC = b"NKSERDE\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: arrays stored as blocks written by several processes
 ALIGNMENT = 64  # byte alignment of every array: lets loads alias buffers into JAX
 
 PREAMBLE = struct.Struct("<8sII")  # magic, format version, flags

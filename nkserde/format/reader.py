@@ -18,6 +18,9 @@ from .layout import (
 )
 
 _INDEX_KEYS = {"dtype", "shape", "offset", "nbytes", "stored", "codec", "checksum"}
+_BLOCKED_KEYS = {"dtype", "shape", "blocks"}
+_BLOCK_KEYS = {"start", "shape", "offset", "stored", "codec", "checksum"}
+MAX_BLOCKS = 1 << 16
 
 
 def _corrupt(path, what) -> CorruptFileError:
@@ -73,15 +76,60 @@ def read_header(path) -> dict:
         return _open_header(f, path)[0]
 
 
-def _check_entry(entry, i, payload_end, path):
+def _is_index(v) -> bool:
+    return isinstance(v, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in v)
+
+
+def _check_entry(entry, i, payload_end, path, version):
+    """Validates an array's index entry; returns its blocks as
+    ``[(start, shape, storage entry)]`` (one block covering the whole array
+    for the single-block form)."""
+    if version >= 2 and isinstance(entry, dict) and set(entry) == _BLOCKED_KEYS:
+        return _check_blocked(entry, i, payload_end, path)
     if not isinstance(entry, dict) or set(entry) != _INDEX_KEYS:
         raise _corrupt(path, f"array {i}: malformed index entry")
-    dtype, shape = entry["dtype"], entry["shape"]
-    if dtype not in DTYPES:
-        raise _corrupt(path, f"array {i}: unknown dtype {dtype!r}")
-    if (not isinstance(shape, list) or
-            not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)):
-        raise _corrupt(path, f"array {i}: malformed shape {shape!r}")
+    _check_dtype_shape(entry, i, path)
+    _check_storage(entry, i, entry["shape"], payload_end, path)
+    return [([0] * len(entry["shape"]), entry["shape"], entry)]
+
+
+def _check_dtype_shape(entry, i, path):
+    if entry["dtype"] not in DTYPES:
+        raise _corrupt(path, f"array {i}: unknown dtype {entry['dtype']!r}")
+    if not _is_index(entry["shape"]):
+        raise _corrupt(path, f"array {i}: malformed shape {entry['shape']!r}")
+
+
+def _check_blocked(entry, i, payload_end, path):
+    """Blocks must lie inside the array, be pairwise disjoint and fill it."""
+    _check_dtype_shape(entry, i, path)
+    shape, blocks = entry["shape"], entry["blocks"]
+    if not isinstance(blocks, list) or len(blocks) > MAX_BLOCKS:
+        raise _corrupt(path, f"array {i}: malformed block list")
+    boxes = []
+    for block in blocks:
+        if (not isinstance(block, dict) or set(block) != _BLOCK_KEYS or not _is_index(block["start"])
+                or not _is_index(block["shape"]) or len(block["start"]) != len(shape)
+                or len(block["shape"]) != len(shape)
+                or any(s + n > d for s, n, d in zip(block["start"], block["shape"], shape))):
+            raise _corrupt(path, f"array {i}: malformed block {block!r:.200}")
+        block = {**block, "dtype": entry["dtype"],
+                 "nbytes": math.prod(block["shape"]) * DTYPES[entry["dtype"]].itemsize}
+        _check_storage(block, i, block["shape"], payload_end, path)
+        boxes.append((block["start"], block["shape"], block))
+    if sum(math.prod(n) for _, n, _ in boxes) != math.prod(shape):
+        raise _corrupt(path, f"array {i}: blocks do not fill shape {shape}")
+    for a in range(len(boxes)):
+        for b in range(a):
+            if all(sa < sb + nb and sb < sa + na
+                   for sa, na, sb, nb in zip(boxes[a][0], boxes[a][1], boxes[b][0], boxes[b][1])):
+                if math.prod(boxes[a][1]) and math.prod(boxes[b][1]):
+                    raise _corrupt(path, f"array {i}: blocks overlap")
+    return boxes
+
+
+def _check_storage(entry, i, shape, payload_end, path):
+    dtype = entry["dtype"]
     ints = [entry[k] for k in ("offset", "nbytes", "stored", "checksum")]
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ints):
         raise _corrupt(path, f"array {i}: malformed offset/length/checksum")
@@ -102,6 +150,17 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     buf = np.empty(nbytes + ALIGNMENT, np.uint8)
     start = (-buf.ctypes.data) % ALIGNMENT
     return buf[start : start + nbytes]
+
+
+def _read_blocks(f, dtype_name, shape, blocks, i, path) -> np.ndarray:
+    if len(blocks) == 1 and list(blocks[0][1]) == list(shape):
+        return _read_array(f, blocks[0][2], i, path)
+    dtype = DTYPES[dtype_name]
+    out = aligned_empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
+    for start, block_shape, entry in blocks:
+        index = tuple(slice(s, s + n) for s, n in zip(start, block_shape))
+        out[index] = _read_array(f, entry, i, path)
+    return out
 
 
 def _read_array(f, entry, i, path) -> np.ndarray:
@@ -149,8 +208,8 @@ def read_file(path) -> tuple[dict, object]:
         header, payload_end = _open_header(f, path)
         arrays = []
         for i, entry in enumerate(header["arrays"]):
-            _check_entry(entry, i, payload_end, path)
-            arrays.append(_read_array(f, entry, i, path))
+            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+            arrays.append(_read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path))
     try:
         tree = tree_codec.decode(header["tree"], arrays, set())
     except (ValueError, RecursionError) as exc:

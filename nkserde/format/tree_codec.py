@@ -5,28 +5,60 @@ table); values msgpack cannot carry exactly get a one-key marker map:
 ``{"@int": "<decimal>"}`` for integers beyond 64 bits and
 ``{"@complex": [re, im]}``. Keys starting with ``@`` are therefore reserved;
 the layer above never produces them in user data.
+
+A per-process value (``parts.PerProcess``) of a run of P processes becomes
+``{"@per_process": [t_0, ..., t_{P-1}]}``, one subtree per process with the
+same structure; their arrays are rows of one stacked ``[P, ...]`` array each,
+referenced as ``{"@stacked": i}`` (row r in t_r). It decodes to
+``parts.ProcessValues``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..parts import GlobalArray, PerProcess, ProcessValues
+
 ARRAY = "@array"
+STACKED = "@stacked"
+PER_PROCESS = "@per_process"
 BIGINT = "@int"
 COMPLEX = "@complex"
 _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
 
 
-def encode(tree, arrays: list):
-    """Returns the msgpack-safe tree; appends every array to ``arrays`` in
-    tree order. Tuples become lists."""
+def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_processes: int = 1,
+           _path=(), _stacked=False):
+    """Returns the msgpack-safe tree; appends every array (numpy array or
+    GlobalArray) to ``arrays`` in tree order and its path to ``paths``.
+    Tuples become lists. In a per-process value, an array ``a`` of process
+    ``rank`` becomes row ``rank`` of a ``[n_processes, ...]`` array."""
+    def enc(v, key, stacked=_stacked):
+        return encode(v, arrays, paths, rank=rank, n_processes=n_processes, _path=_path + (key,),
+                      _stacked=stacked)
+
     if isinstance(tree, dict):
-        return {k: encode(v, arrays) for k, v in tree.items()}
+        return {k: enc(v, k) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
-        return [encode(v, arrays) for v in tree]
-    if isinstance(tree, np.ndarray):
-        arrays.append(tree)
-        return {ARRAY: len(arrays) - 1}
+        return [enc(v, i) for i, v in enumerate(tree)]
+    if isinstance(tree, PerProcess):
+        inner = encode(tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path,
+                       _stacked=True)
+        return inner if _stacked else {PER_PROCESS: [inner]}  # nested: already per process
+    if isinstance(tree, (np.ndarray, GlobalArray)):
+        if _stacked:
+            if isinstance(tree, GlobalArray):
+                raise TypeError(f"{_path}: a per-process value cannot hold an array spread over processes")
+            row = tree[np.newaxis]
+            if n_processes > 1:
+                row = GlobalArray((n_processes, *tree.shape), tree.dtype,
+                                  (((rank,) + (0,) * tree.ndim, row),))
+            arrays.append(row)
+        else:
+            arrays.append(tree)
+        if paths is not None:
+            paths.append(_path)
+        return {STACKED if _stacked else ARRAY: len(arrays) - 1}
     if isinstance(tree, bool) or tree is None or isinstance(tree, (str, bytes, float)):
         return tree
     if isinstance(tree, int):
@@ -36,19 +68,41 @@ def encode(tree, arrays: list):
     raise TypeError(f"cannot store a value of type {type(tree).__name__} in the header")
 
 
-def decode(tree, arrays: list, used: set):
+def _array_ref(value, arrays) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(arrays):
+        raise ValueError(f"array reference {value!r} out of range")
+    return value
+
+
+def decode(tree, arrays: list, used: set, _row: tuple | None = None):
     """Inverse of :func:`encode`. Raises ValueError on a malformed marker or
-    an array referenced twice or out of range."""
+    an array referenced twice or out of range. ``_row``: (process, count)
+    inside a per-process value."""
     if isinstance(tree, dict):
         if len(tree) == 1:
             (key, value), = tree.items()
             if key == ARRAY:
-                if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(arrays):
-                    raise ValueError(f"array reference {value!r} out of range")
-                if value in used:
-                    raise ValueError(f"array {value} referenced twice")
-                used.add(value)
-                return arrays[value]
+                i = _array_ref(value, arrays)
+                if i in used or (STACKED, i) in used:
+                    raise ValueError(f"array {i} referenced twice")
+                used.add(i)
+                return arrays[i]
+            if key == STACKED:
+                i = _array_ref(value, arrays)
+                if _row is None:
+                    raise ValueError(f"stacked array {i} outside a per-process value")
+                rank, count = _row
+                if arrays[i].ndim < 1 or arrays[i].shape[0] != count:
+                    raise ValueError(f"stacked array {i} has shape {list(arrays[i].shape)}, "
+                                     f"expected {count} rows")
+                if (i, rank) in used or i in used:
+                    raise ValueError(f"array {i} referenced twice")
+                used.update(((i, rank), (STACKED, i)))
+                return arrays[i][rank]
+            if key == PER_PROCESS:
+                if _row is not None or not isinstance(value, list) or not value:
+                    raise ValueError("malformed per-process value")
+                return ProcessValues([decode(t, arrays, used, (r, len(value))) for r, t in enumerate(value)])
             if key == BIGINT:
                 if not isinstance(value, str) or not value.lstrip("-").isdigit() or len(value) > 4300:
                     raise ValueError(f"malformed integer {value!r}")
@@ -58,9 +112,9 @@ def decode(tree, arrays: list, used: set):
                         or not all(isinstance(v, float) for v in value)):
                     raise ValueError(f"malformed complex {value!r}")
                 return complex(value[0], value[1])
-        return {k: decode(v, arrays, used) for k, v in tree.items()}
+        return {k: decode(v, arrays, used, _row) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [decode(v, arrays, used) for v in tree]
+        return [decode(v, arrays, used, _row) for v in tree]
     if tree is None or isinstance(tree, (bool, int, float, str, bytes)):
         return tree
     raise ValueError(f"unexpected value of type {type(tree).__name__} in header")

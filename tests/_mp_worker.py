@@ -1,0 +1,162 @@
+"""One process of a multi-process NetKet run, for tests/test_distributed.py.
+
+    python _mp_worker.py RANK N PORT ACTION WORKDIR [options]
+
+Initialises JAX's distributed runtime (gloo, 127.0.0.1:PORT, N processes)
+and does ACTION with a driver built the same way on every process (fixed
+seeds, tests/builders.py; VMC: 12 chains so that 1, 2, 3 and 4 processes
+split them evenly):
+
+    straight DRIVER STEPS        run STEPS steps (TDVP: STEPS * dt)
+    save DRIVER K FILE           run K steps, nkserde.save(driver, FILE)
+    resume DRIVER K STEPS FILE   load FILE into a fresh driver, run the
+                                 remaining STEPS - K steps
+    chains FILE [N_CHAINS]       load FILE into a fresh VMC driver (with
+                                 N_CHAINS chains), report its chains
+    save-numpy FILE / load-numpy FILE
+                                 a MetropolisLocalNumpy state: per-process
+    mismatch FILE                save a dict whose "replicated" array
+                                 differs between processes (must fail)
+
+Process 0 writes WORKDIR/result.npz: the logged losses (``losses``), the
+final parameters (``param:<path>``), ``step_count``, the chains gathered
+from all processes (``chains``) where the action reports them. Every
+process writes WORKDIR/rank-<r>.npz with what only it has.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+rank, n_processes, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+action, workdir, rest = sys.argv[4], Path(sys.argv[5]), sys.argv[6:]
+
+import jax  # noqa: E402
+
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+if os.environ.get("MP_JAX_CACHE"):
+    jax.config.update("jax_compilation_cache_dir", os.environ["MP_JAX_CACHE"])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n_processes,
+                           process_id=rank, initialization_timeout=120)
+
+import netket as nk  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
+
+import builders  # noqa: E402
+import nkserde  # noqa: E402
+
+warnings.simplefilter("ignore", nk.errors.InsufficientSamplesForSRWarning if hasattr(
+    nk.errors, "InsufficientSamplesForSRWarning") else UserWarning)
+
+N_CHAINS = 12
+
+
+def vmc(n_chains=N_CHAINS):
+    _, hilbert, H = builders.system()
+    sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=n_chains)
+    vs = builders.mc_state(sampler=sampler, n_samples=8 * n_chains)
+    import optax
+    return nk.driver.VMC(H, optax.adam(1e-2), variational_state=vs)
+
+
+def tdvp():
+    import netket.experimental as nkx
+    _, hilbert, H = builders.system()
+    sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=N_CHAINS)
+    vs = builders.mc_state(sampler=sampler, n_samples=8 * N_CHAINS)
+    return nkx.TDVP(H, variational_state=vs, ode_solver=nkx.dynamics.RK4(dt=0.01))
+
+
+BUILD = {"vmc": vmc, "tdvp": tdvp}
+
+
+def amount(driver_name, steps):
+    return round(steps * 0.01, 10) if driver_name == "tdvp" else steps
+
+
+def run(driver, driver_name, steps):
+    log = nk.logging.RuntimeLog()
+    driver.run(amount(driver_name, steps), out=log, show_progress=False)
+    data = log.data
+    key = "Energy" if "Energy" in data else "Generator"
+    return np.asarray(data[key]["Mean"]) if steps else np.zeros(0)
+
+
+def gathered(x):
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def report(driver, losses=None, **extra):
+    out = dict(extra)
+    if driver is not None:
+        for path, x in jax.tree_util.tree_leaves_with_path(driver.state.parameters):
+            out["param:" + jax.tree_util.keystr(path)] = np.asarray(x)
+        out["step_count"] = np.asarray(driver.step_count)
+        out["chains"] = gathered(driver.state.sampler_state.σ)
+        if hasattr(driver, "t"):
+            out["t"] = np.asarray(float(driver.t))
+    if losses is not None:
+        out["losses"] = losses
+    if rank == 0:
+        np.savez(workdir / "result.npz", **out)
+
+
+def main():
+    workdir.mkdir(parents=True, exist_ok=True)
+    if action == "straight":
+        name, steps = rest[0], int(rest[1])
+        driver = BUILD[name]()
+        report(driver, run(driver, name, steps))
+    elif action == "save":
+        name, k, file = rest[0], int(rest[1]), rest[2]
+        driver = BUILD[name]()
+        losses = run(driver, name, k)
+        nkserde.save(driver, file)
+        report(driver, losses)
+    elif action == "resume":
+        name, k, steps, file = rest[0], int(rest[1]), int(rest[2]), rest[3]
+        driver = nkserde.load(BUILD[name](), file)
+        assert driver.step_count == k, driver.step_count
+        report(driver, run(driver, name, steps - k))
+    elif action == "chains":
+        file = rest[0]
+        n_chains = int(rest[1]) if len(rest) > 1 else N_CHAINS
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            driver = nkserde.load(vmc(n_chains), file)
+        resized = [str(w.message) for w in caught if "chains" in str(w.message)]
+        report(driver, resized=np.asarray(resized or [""]))
+    elif action == "save-numpy":
+        state = numpy_state()
+        state.sample()
+        nkserde.save(state.sampler_state, rest[0])
+        s = state.sampler_state
+        np.savez(workdir / f"rank-{rank}.npz", chains=s.σ, rng=np.asarray(s.rng.integers(0, 2**62, 4)))
+    elif action == "load-numpy":
+        state = numpy_state()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            s = nkserde.load(state.sampler_state, rest[0])
+        np.savez(workdir / f"rank-{rank}.npz", chains=s.σ, rng=np.asarray(s.rng.integers(0, 2**62, 4)),
+                 warned=np.asarray([str(w.message) for w in caught] or [""]))
+    elif action == "mismatch":
+        nkserde.save({"replicated": np.full(3, float(rank)), "same": np.zeros(2)}, rest[0])
+    else:
+        raise SystemExit(f"unknown action {action}")
+    print(f"done {action} rank {rank}", flush=True)
+
+
+def numpy_state():
+    _, hilbert, _ = builders.system()
+    return builders.mc_state(sampler=nk.sampler.MetropolisLocalNumpy(hilbert, n_chains=4 * n_processes),
+                             n_samples=32 * n_processes)
+
+
+if __name__ == "__main__":
+    main()
