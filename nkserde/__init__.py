@@ -11,6 +11,7 @@ Public API::
     nkserde.verify(path)                 -> info, after checking every checksum
     nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
     nkserde.migration(name, from_version)
+    nkserde.per_process(value, derive=None)   in a to_state: a value each JAX process has its own of
     nkserde.errors
     nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
@@ -19,10 +20,11 @@ Public API::
 from . import errors
 from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
                   state_dict, verify)
+from .parts import per_process
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402
 from .checkpoint import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migration", "register", "save",
+__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migration", "per_process", "register", "save",
            "save_state_dict", "state_dict", "verify"]

@@ -132,7 +132,7 @@ def from_state_dict(template, state, path=()) -> Any:
     The template is not mutated."""
     if state is None:  # an optional value that was unset when saved
         return None
-    if isinstance(template, PerProcess) or isinstance(state, ProcessValues):
+    if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
         return _restore_per_process(template, state, path)
     if isinstance(template, Resizable):
         return from_state_dict(template.value, _resize(template.value, state, path), path)
@@ -204,6 +204,8 @@ def _restore_per_process(template, state, path):
     """This process's value of a per-process field (see parts.PerProcess)."""
     derive = template.derive if isinstance(template, PerProcess) else None
     template = template.value if isinstance(template, PerProcess) else template
+    if isinstance(state, PerProcess):  # an in-memory state dict: this process's own value
+        return from_state_dict(template, state.value, path)
     if not isinstance(state, ProcessValues):  # saved before the field was per-process
         return from_state_dict(template, state, path)
     saved, rank = len(state.values), jax.process_index()

@@ -69,6 +69,8 @@ def leaves(obj):
     out = []
 
     def walk(x):
+        if isinstance(x, nkserde.parts.PerProcess):
+            return walk(x.value)
         if isinstance(x, dict):
             for k in sorted(x):
                 walk(x[k])

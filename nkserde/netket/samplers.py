@@ -16,6 +16,7 @@ from netket.sampler.metropolis_numpy import MetropolisNumpySamplerState
 from netket.sampler.parallel_tempering import ParallelTemperingSamplerState
 
 from .. import registry
+from ..parts import Resizable, per_process
 from ._common import register_attributes
 from ..errors import TemplateMismatchError
 
@@ -33,8 +34,23 @@ _METROPOLIS = {
 }
 
 
+# Fields whose leading axis is the chain axis: a load into a sampler with a
+# different number of chains keeps what fits and fills new chains from the
+# saved ones (with a warning) instead of refusing (see parts.Resizable).
+_PER_CHAIN = {"chains", "log_prob", "n_accepted", "betas", "beta_0_index", "beta_position",
+              "beta_diffusion", "n_accepted_per_beta"}
+
+
 def _register_metropolis(cls, name, fields, *, doc, subclasses=False):
-    return register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc)
+    reg = register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc)
+    to_state = reg.to_state
+
+    def chains_resizable(state):
+        return {k: Resizable(v) if k in _PER_CHAIN and v is not None else v
+                for k, v in to_state(state).items()}
+
+    return registry.register(cls, name=name, version=reg.version, to_state=chains_resizable,
+                             from_state=reg.from_state, doc=doc, subclasses=subclasses)
 
 
 _register_metropolis(
@@ -73,7 +89,22 @@ _NUMPY = {
 
 
 def _numpy_state_to_state(state):
-    return {key: getattr(state, attr) for key, attr in _NUMPY.items()}
+    # A numpy sampler runs its own chains in each process: all of its state
+    # is process-local. A new process beyond the saved ones continues the
+    # chains of saved process r % P with its generator jumped (see
+    # _jumped); so do its counters.
+    return {key: per_process(getattr(state, attr), _jumped if key == "rng" else _same)
+            for key, attr in _NUMPY.items()}
+
+
+def _same(value, copy):
+    return value
+
+
+def _jumped(generator: np.random.Generator, copy: int) -> np.random.Generator:
+    """A generator ``copy`` jumps ahead of ``generator``: a stream that does
+    not overlap it (numpy's ``jumped`` advances by 2**127 draws for PCG64)."""
+    return np.random.Generator(generator.bit_generator.jumped(copy))
 
 
 def _numpy_state_from_state(template, fields):

@@ -1,0 +1,173 @@
+"""Multi-process runs, with real processes: JAX's distributed runtime over
+gloo on 127.0.0.1 (tests/multiprocess.py launches them; no mock of
+``jax.process_count()``).
+
+The VMC set-up has 12 chains, so 1, 2 and 3 processes split them evenly.
+On the same number of processes a resume is bit-identical to the
+uninterrupted run. On another number, the load itself is exact (parameters,
+optimizer state, chains, key) but the run that follows sums over a
+different split of the chains, so its values agree to rounding only (on
+this set-up: 1e-16 absolute in the parameters after 2 more steps).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import nkserde
+from multiprocess import launch
+
+STEPS, K = 4, 2  # runs of 4 steps, saved after 2
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax-cache")
+
+
+@pytest.fixture(scope="module")
+def runs(cache, tmp_path_factory):
+    """Uninterrupted 2-process runs, and the same runs saved after K steps by
+    2 processes and (VMC) by 1 process."""
+    root = tmp_path_factory.mktemp("runs")
+    out = {"root": root}
+    for driver in ("vmc", "tdvp"):
+        launch(2, ["straight", root / f"{driver}-straight", driver, STEPS], jax_cache=cache)
+        launch(2, ["save", root / f"{driver}-save2", driver, K, root / f"{driver}-2.nks"], jax_cache=cache)
+        out[driver] = np.load(root / f"{driver}-straight" / "result.npz")
+        out[f"{driver}-file2"] = root / f"{driver}-2.nks"
+    launch(1, ["save", root / "vmc-save1", "vmc", K, root / "vmc-1.nks"], jax_cache=cache)
+    out["vmc-file1"] = root / "vmc-1.nks"
+    out["vmc-saved1"] = np.load(root / "vmc-save1" / "result.npz")
+    out["vmc-saved-chains"] = np.load(root / "vmc-save2" / "result.npz")["chains"]
+    return out
+
+
+def assert_same_run(reference, resumed):
+    np.testing.assert_array_equal(resumed["losses"], reference["losses"][K:])
+    params = [k for k in reference.files if k.startswith("param:")]
+    assert params
+    for k in params:
+        np.testing.assert_array_equal(resumed[k], reference[k], err_msg=k)
+    assert int(resumed["step_count"]) == int(reference["step_count"])
+
+
+@pytest.mark.parametrize("driver", ["vmc", "tdvp"])
+def test_two_process_file_resumes_exactly_on_two(runs, cache, tmp_path, driver):
+    info = nkserde.verify(runs[f"{driver}-file2"])
+    assert info["process_count"] == 2
+    launch(2, ["resume", tmp_path, driver, K, STEPS, runs[f"{driver}-file2"]], jax_cache=cache)
+    resumed = np.load(tmp_path / "result.npz")
+    assert_same_run(runs[driver], resumed)
+    if driver == "tdvp":
+        assert float(resumed["t"]) == float(runs[driver]["t"])
+
+
+def test_global_chains_are_stored_once_as_blocks(runs):
+    """The chains of a 2-process file: one [12, 8] array made of the two
+    processes' blocks; parameters single entries."""
+    header = nkserde.format.read_header(runs["vmc-file2"])
+    blocked = [a for a in header["arrays"] if "blocks" in a]
+    chains = [a for a in blocked if a["shape"] == [12, 8]]
+    assert len(chains) == 1
+    assert sorted(b["start"][0] for b in chains[0]["blocks"]) == [0, 6]
+    # parameters (RBM: 8 + 8 + 64 values) are written once
+    singles = [a for a in header["arrays"] if "blocks" not in a]
+    assert sum(np.prod(a["shape"]) for a in singles if a["dtype"] == "float64") >= 80
+
+
+def test_file_size_does_not_grow_with_processes(runs):
+    """Same global state from 1 and from 2 processes: the 2-process file is
+    larger only by its block entries (measured: 372 bytes here)."""
+    one, two = os.path.getsize(runs["vmc-file1"]), os.path.getsize(runs["vmc-file2"])
+    assert two <= one + 1024, (one, two)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_chains_survive_a_change_of_process_count(runs, cache, tmp_path, n):
+    launch(n, ["chains", tmp_path, runs["vmc-file2"]], jax_cache=cache)
+    result = np.load(tmp_path / "result.npz")
+    saved = runs["vmc-saved-chains"]
+    assert int(result["step_count"]) == K
+    # every thermalised chain kept: the same multiset of configurations
+    assert sorted(map(bytes, result["chains"])) == sorted(map(bytes, saved))
+    assert list(result["resized"]) == [""]  # nothing to resize: no warning
+
+
+def assert_loaded_exactly(saved, loaded):
+    for k in saved.files:
+        if k.startswith("param:") or k in ("chains", "step_count"):
+            np.testing.assert_array_equal(loaded[k], saved[k], err_msg=k)
+
+
+def assert_continues(reference, resumed):
+    """A resume on another number of processes: the same run up to rounding."""
+    np.testing.assert_allclose(resumed["losses"], reference["losses"][K:], rtol=1e-12)
+    for k in reference.files:
+        if k.startswith("param:"):
+            np.testing.assert_allclose(resumed[k], reference[k], rtol=1e-12, atol=1e-14, err_msg=k)
+
+
+def test_one_process_file_loads_on_two(runs, cache, tmp_path):
+    launch(2, ["chains", tmp_path / "load", runs["vmc-file1"]], jax_cache=cache)
+    assert_loaded_exactly(runs["vmc-saved1"], np.load(tmp_path / "load" / "result.npz"))
+    launch(2, ["resume", tmp_path / "resume", "vmc", K, STEPS, runs["vmc-file1"]], jax_cache=cache)
+    assert_continues(runs["vmc"], np.load(tmp_path / "resume" / "result.npz"))
+
+
+def test_multi_device_process_file_loads_on_two_processes(runs, cache, tmp_path):
+    """One process with 4 devices saves; 2 processes of one device load it
+    exactly and continue; one process of 4 devices resumes it bit for bit."""
+    flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    launch(1, ["save", tmp_path / "save", "vmc", K, tmp_path / "d4.nks"], jax_cache=cache, env=flags)
+    saved = np.load(tmp_path / "save" / "result.npz")
+    launch(2, ["chains", tmp_path / "load", tmp_path / "d4.nks"], jax_cache=cache)
+    assert_loaded_exactly(saved, np.load(tmp_path / "load" / "result.npz"))
+    launch(1, ["straight", tmp_path / "straight", "vmc", STEPS], jax_cache=cache, env=flags)
+    launch(1, ["resume", tmp_path / "resume", "vmc", K, STEPS, tmp_path / "d4.nks"], jax_cache=cache,
+           env=flags)
+    assert_same_run(np.load(tmp_path / "straight" / "result.npz"),
+                    np.load(tmp_path / "resume" / "result.npz"))
+
+
+@pytest.mark.parametrize("n_chains", [8, 16])
+def test_different_number_of_chains_keeps_what_fits(runs, cache, tmp_path, n_chains):
+    """12 saved chains into 8 (the first 8 kept) or 16 (all 12 kept, 4 new
+    ones repeat the first 4), with a warning saying so."""
+    launch(2, ["chains", tmp_path, runs["vmc-file2"], n_chains], jax_cache=cache)
+    result = np.load(tmp_path / "result.npz")
+    saved = runs["vmc-saved-chains"]
+    np.testing.assert_array_equal(result["chains"], saved[np.arange(n_chains) % 12])
+    assert any("12 chains" in w and f"template {n_chains}" in w for w in result["resized"])
+
+
+def test_per_process_values_are_stacked_and_derived(cache, tmp_path):
+    """A numpy sampler's state is per process: saved by 2, loaded by 2 each
+    gets its own back; loaded by 3, process 2 continues process 0's chains
+    with a generator jumped ahead (a different stream)."""
+    launch(2, ["save-numpy", tmp_path / "saved", tmp_path / "np.nks"], jax_cache=cache)
+    header = nkserde.format.read_header(tmp_path / "np.nks")
+    assert "@per_process" in repr(header["tree"])
+    for n in (2, 3):
+        launch(n, ["load-numpy", tmp_path / f"on{n}", tmp_path / "np.nks"], jax_cache=cache)
+    saved = [np.load(tmp_path / "saved" / f"rank-{r}.npz") for r in range(2)]
+    for n in (2, 3):
+        for r in range(n):
+            got = np.load(tmp_path / f"on{n}" / f"rank-{r}.npz")
+            np.testing.assert_array_equal(got["chains"], saved[r % 2]["chains"])
+            if r < 2:
+                np.testing.assert_array_equal(got["rng"], saved[r]["rng"])
+            else:
+                assert not np.array_equal(got["rng"], saved[0]["rng"])
+
+
+def test_replicated_values_that_differ_are_refused(cache, tmp_path):
+    outputs = launch(2, ["mismatch", tmp_path, tmp_path / "bad.nks"], jax_cache=cache,
+                     expect_failure=True)
+    for out in outputs:
+        assert "ProcessMismatchError" in out and "replicated" in out and "process 1" in out, out[-3000:]
+    assert not (tmp_path / "bad.nks").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".nkserde-tmp")]
