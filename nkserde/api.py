@@ -15,7 +15,7 @@ import jax
 from . import format as fileformat
 from . import tree
 from .errors import NkserdeError
-from .parts import PerProcess
+from .parts import PerProcess, Primary
 
 
 def state_dict(obj) -> object:
@@ -44,7 +44,7 @@ def _library_versions() -> dict:
 
 
 def _types(state, found: dict) -> dict:
-    if isinstance(state, PerProcess):
+    if isinstance(state, (PerProcess, Primary)):
         return _types(state.value, found)
     if isinstance(state, dict):
         if tree.TYPE in state:

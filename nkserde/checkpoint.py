@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -44,7 +45,7 @@ from netket.utils import struct
 from . import api, registry
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
-from .parts import map_arrays
+from .parts import map_arrays, primary
 
 RESUME_MODES = ("auto", "force", "never", "must")
 _STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
@@ -241,6 +242,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _active: bool = struct.field(pytree_node=False, serialize=False)
     _dirty_step: int | None = struct.field(pytree_node=False, serialize=False)
     _nothing_to_do: bool = struct.field(pytree_node=False, serialize=False)
+    _candidate: Any = struct.field(pytree_node=False, serialize=False)
 
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
@@ -265,6 +267,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._active = False
         self._dirty_step = None  # the step whose update has begun, until it completes
         self._nothing_to_do = False  # resumed the final checkpoint of a stopped run
+        self._candidate = None  # (path, state dict) process 0 verified at start
 
     @property
     def callback_order(self) -> int:
@@ -309,7 +312,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def on_run_start(self, step, driver):
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock.acquire()
         try:
             callbacks = _run_callbacks()
             loggers = [c.logger for c in callbacks if hasattr(c, "logger")]
@@ -348,6 +350,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if self._nothing_to_do:  # raised here, once every callback has started
             raise nk.callbacks.RunFinished(
                 f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
+        if _multi_process():
+            # stop together: a signal may reach the processes at different steps
+            received = self._comm("signals").allgather(str(self._signal_received or 0).encode())
+            self._signal_received = self._signal_received or max(int(b) for b in received) or None
         if self._signal_received is not None:
             self.interrupted = signal.Signals(self._signal_received).name
             if self._last_saved != self._completed:
@@ -381,7 +387,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if not self._active:
             return
         try:
-            if self._dirty_step is not None:
+            if _multi_process():
+                # An error need not strike every process at the same step (or
+                # at all): a save needs all of them, so none is attempted.
+                warnings.warn(f"nkserde: the run failed; the newest checkpoint is step "
+                              f"{self._last_saved}", stacklevel=2)
+            elif self._dirty_step is not None:
                 # The error struck after this step began updating parameters
                 # and before every callback finished it: the driver is
                 # between two steps and cannot be saved as either.
@@ -405,12 +416,36 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             "driver": driver,
             "completed_steps": completed,
             "stopped": stopped,
-            "loggers": _keyed(self._run_loggers),
-            "callbacks": _keyed(self._run_callbacks),
+            # process 0's record: loggers write there only, timers start
+            # at slightly different times on each process
+            "loggers": primary(_keyed(self._run_loggers)),
+            "callbacks": primary(_keyed(self._run_callbacks)),
         }
 
     def _start(self, driver):
+        """Decides on process 0 what to resume (lock, fingerprint, newest
+        checkpoint that verifies) and tells every process; then every
+        process loads that checkpoint."""
         current = fingerprint(driver)
+        self._candidate = None
+        chosen = self._on_process_0(lambda: self._choose(current))
+        if chosen is None:
+            return
+        path = Path(chosen)
+        state = self._candidate[1] if self._candidate else api.load_state_dict(path)
+        self._candidate = None
+        try:
+            self._restore(driver, state)
+        except NkserdeError as exc:
+            raise type(exc)(f"{path}: {exc}") from None
+        self.resumed_from = driver.step_count
+        t_end = getattr(driver, "_t_end", None)  # TDVP: a longer run continues
+        self._nothing_to_do = bool(state.get("stopped")) and (t_end is None or driver.t >= t_end)
+
+    def _choose(self, current: dict) -> str | None:
+        """Process 0: takes the lock, checks the fingerprint, returns the
+        path of the checkpoint to resume (None: start fresh)."""
+        self._lock.acquire()
         fp_path = self.directory / "fingerprint.json"
         existing = self.steps()
         if self.resume == "never" and (existing or fp_path.exists()):
@@ -420,7 +455,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if self.resume == "must":
                 raise NkserdeError(f"{self.directory}: resume='must' but there is no checkpoint to resume")
             self._write_fingerprint(current)
-            return
+            return None
         if fp_path.exists():
             saved = json.loads(fp_path.read_text())
             changes = fingerprint_changes(saved, current)
@@ -432,23 +467,43 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         for step in reversed(existing):
             path = self.path(step)
             try:
-                state = api.load_state_dict(path)
+                # read whole (and kept for this process's restore): verified
+                self._candidate = (path, api.load_state_dict(path))
             except (CorruptFileError, UnsupportedVersionError) as exc:
                 warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
                 continue
-            try:
-                self._restore(driver, state)
-            except NkserdeError as exc:
-                raise type(exc)(f"{path}: {exc}") from None
-            self.resumed_from = driver.step_count
             if self.resume == "force":
                 self._write_fingerprint(current)
-            t_end = getattr(driver, "_t_end", None)  # TDVP: a longer run continues
-            self._nothing_to_do = bool(state.get("stopped")) and (t_end is None or driver.t >= t_end)
-            return
+            return str(path)
         if self.resume == "must":
             raise NkserdeError(f"{self.directory}: no checkpoint verifies; nothing to resume")
         self._write_fingerprint(current)
+        return None
+
+    def _comm(self, purpose: str):
+        from .distributed import JaxCommunicator
+
+        key = hashlib.sha1(str(self.directory).encode()).hexdigest()[:16]
+        return JaxCommunicator(f"checkpoint:{purpose}:{key}")
+
+    def _on_process_0(self, decide):
+        """``decide()`` run on process 0 only; its result (JSON-able), or its
+        error, on every process."""
+        if not _multi_process():
+            return decide()
+        comm = self._comm("decisions")
+        if comm.rank == 0:
+            try:
+                result = decide()
+            except Exception as exc:
+                comm.broadcast(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+                raise
+            comm.broadcast(json.dumps({"result": result}).encode())
+            return result
+        message = json.loads(comm.broadcast(None))
+        if "error" in message:
+            raise NkserdeError(f"{self.directory}: process 0 could not start the run: {message['error']}")
+        return message["result"]
 
     def _restore(self, driver, state):
         # Everything is rebuilt (and any mismatch raised) before anything
@@ -470,7 +525,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         driver._step_count = completed
         for live, new_obj in restored:
             _assign(live, new_obj)
-            _resume_logger_files(live)
+            if jax.process_index() == 0:  # loggers write their files there only
+                _resume_logger_files(live)
 
     def _write_fingerprint(self, fp: dict):
         with atomic_write(self.directory / "fingerprint.json") as f:
@@ -506,9 +562,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def _write(self, state, path, completed):
         try:
-            api.save_state_dict(state, path, root_type="checkpoint")
-            api.verify(path)  # only a verified checkpoint may retire older ones
-            self._retain(completed)
+            api.save_state_dict(state, path, root_type="checkpoint")  # by every process together
+            if jax.process_index() == 0:  # directory upkeep is process 0's
+                api.verify(path)  # only a verified checkpoint may retire older ones
+                self._retain(completed)
         except Exception as exc:  # re-raised in the run's thread (Ctrl-C propagates as is)
             self._write_error = exc
 
@@ -550,6 +607,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._lock.release()
         if raise_write_error:
             self._raise_write_error()
+
+
+def _multi_process() -> bool:
+    return jax.process_count() > 1
 
 
 def _is_logger(callback) -> bool:

@@ -9,6 +9,8 @@ In a run of several JAX processes a value is one of three things:
   chains, per-chain counters). A :class:`GlobalArray` holding this process's
   blocks; the file holds the whole array, assembled from every process's
   blocks, and a load cuts it again for the new layout.
+* **process 0's**: a value only process 0 keeps (a logger's history), marked
+  with :func:`primary`: process 0's value is stored, the others' ignored.
 * **per process**: a value each process has its own of (a numpy sampler's
   chains and generator, a user sampler's local state). A registration marks
   it with :func:`per_process`; the file stacks the processes' values
@@ -74,6 +76,21 @@ class ProcessValues:
 
 
 @dataclasses.dataclass(frozen=True)
+class Primary:
+    """Marks a value whose record is process 0's: the others' values are
+    neither stored nor compared (loggers write on process 0 only, so their
+    history exists there only; a timer started on each process). A load
+    gives every process the stored value."""
+
+    value: Any
+
+
+def primary(value) -> Primary:
+    """Marks ``value`` as recorded by process 0 alone (see :class:`Primary`)."""
+    return Primary(value)
+
+
+@dataclasses.dataclass(frozen=True)
 class Resizable:
     """Marks an array whose leading axis is a batch of independent Monte
     Carlo chains. If the saved batch is longer than the template's, a load
@@ -98,6 +115,8 @@ def map_arrays(fn, state):
         return GlobalArray(state.shape, state.dtype, tuple((s, fn(b)) for s, b in state.blocks))
     if isinstance(state, PerProcess):
         return PerProcess(map_arrays(fn, state.value), state.derive)
+    if isinstance(state, Primary):
+        return Primary(map_arrays(fn, state.value))
     if isinstance(state, ProcessValues):
         return ProcessValues([map_arrays(fn, v) for v in state.values])
     return state

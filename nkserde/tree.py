@@ -19,7 +19,7 @@ import numpy as np
 
 from . import registry
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
-from .parts import GlobalArray, PerProcess, ProcessValues, Resizable
+from .parts import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 
 TYPE, VERSION = "@type", "@version"
 _SCALARS = (bool, int, float, complex, str, bytes)
@@ -72,6 +72,8 @@ def to_state_dict(obj, path=()) -> Any:
         return _node(reg, obj, path)
     if isinstance(obj, PerProcess):
         return PerProcess(to_state_dict(obj.value, path))
+    if isinstance(obj, Primary):
+        return Primary(to_state_dict(obj.value, path))
     if isinstance(obj, Resizable):
         return to_state_dict(obj.value, path)
     if isinstance(obj, Mapping):
@@ -132,6 +134,10 @@ def from_state_dict(template, state, path=()) -> Any:
     The template is not mutated."""
     if state is None:  # an optional value that was unset when saved
         return None
+    if isinstance(template, Primary):
+        template = template.value
+    if isinstance(state, Primary):  # an in-memory state dict
+        state = state.value
     if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
         return _restore_per_process(template, state, path)
     if isinstance(template, Resizable):

@@ -17,6 +17,13 @@ split them evenly):
                                  a MetropolisLocalNumpy state: per-process
     mismatch FILE                save a dict whose "replicated" array
                                  differs between processes (must fail)
+    ckpt DRIVER STEPS HOW        ``nkserde.checkpointed(driver,
+                                 WORKDIR/ckpt, every=2)``, run STEPS with
+                                 ``out=WORKDIR/out/log``. HOW: ``run``;
+                                 ``kill:K`` (every process SIGKILLs itself
+                                 after step K; synchronous saves);
+                                 ``sigterm:K`` (process 1 alone gets SIGTERM
+                                 after step K; background saves)
 
 Process 0 writes WORKDIR/result.npz: the logged losses (``losses``), the
 final parameters (``param:<path>``), ``step_count``, the chains gathered
@@ -27,12 +34,18 @@ process writes WORKDIR/rank-<r>.npz with what only it has.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
 
 rank, n_processes, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 action, workdir, rest = sys.argv[4], Path(sys.argv[5]), sys.argv[6:]
+
+import faulthandler  # noqa: E402
+
+# a hung collective prints every thread's stack before the launcher kills us
+faulthandler.dump_traceback_later(float(os.environ.get("MP_STACKS_AFTER", "200")), exit=True)
 
 import jax  # noqa: E402
 
@@ -145,11 +158,48 @@ def main():
             s = nkserde.load(state.sampler_state, rest[0])
         np.savez(workdir / f"rank-{rank}.npz", chains=s.σ, rng=np.asarray(s.rng.integers(0, 2**62, 4)),
                  warned=np.asarray([str(w.message) for w in caught] or [""]))
+    elif action == "ckpt":
+        checkpointed_run(rest[0], int(rest[1]), rest[2])
     elif action == "mismatch":
         nkserde.save({"replicated": np.full(3, float(rank)), "same": np.zeros(2)}, rest[0])
     else:
         raise SystemExit(f"unknown action {action}")
     print(f"done {action} rank {rank}", flush=True)
+
+
+class Interrupt(nk.callbacks.AbstractCallback):
+    """After step K (in on_step_end, after the loggers): SIGKILL this process,
+    or SIGTERM process 1."""
+
+    kind: str = nk.utils.struct.field(pytree_node=False, serialize=False)
+    k: int = nk.utils.struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self, how):
+        self.kind, k = how.split(":")
+        self.k = int(k)
+
+    @property
+    def callback_order(self) -> int:
+        return 1500
+
+    def on_step_end(self, step, log_data, driver):
+        if driver.step_count + 1 != self.k:  # NetKet counts the step after this
+            return
+        if self.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif self.kind == "sigterm" and rank == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def checkpointed_run(name, steps, how):
+    driver = nkserde.checkpointed(BUILD[name](), workdir / "ckpt", every=2,
+                                  async_save=not how.startswith("kill"))
+    callbacks = [] if how == "run" else [Interrupt(how)]
+    driver.run(amount(name, steps), out=str(workdir / "out" / "log"), callback=callbacks,
+               show_progress=False)
+    ckpt = driver.last_checkpoint
+    report(driver, resumed_from=np.asarray(-1 if ckpt.resumed_from is None else ckpt.resumed_from),
+           interrupted=np.asarray(str(ckpt.interrupted)))
 
 
 def numpy_state():

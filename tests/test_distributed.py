@@ -12,6 +12,7 @@ this set-up: 1e-16 absolute in the parameters after 2 more steps).
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -119,18 +120,13 @@ def test_one_process_file_loads_on_two(runs, cache, tmp_path):
 
 
 def test_multi_device_process_file_loads_on_two_processes(runs, cache, tmp_path):
-    """One process with 4 devices saves; 2 processes of one device load it
-    exactly and continue; one process of 4 devices resumes it bit for bit."""
+    """One process with 4 devices saves (its chains: 4 blocks of one
+    process); 2 processes of one device each load it exactly."""
     flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     launch(1, ["save", tmp_path / "save", "vmc", K, tmp_path / "d4.nks"], jax_cache=cache, env=flags)
     saved = np.load(tmp_path / "save" / "result.npz")
     launch(2, ["chains", tmp_path / "load", tmp_path / "d4.nks"], jax_cache=cache)
     assert_loaded_exactly(saved, np.load(tmp_path / "load" / "result.npz"))
-    launch(1, ["straight", tmp_path / "straight", "vmc", STEPS], jax_cache=cache, env=flags)
-    launch(1, ["resume", tmp_path / "resume", "vmc", K, STEPS, tmp_path / "d4.nks"], jax_cache=cache,
-           env=flags)
-    assert_same_run(np.load(tmp_path / "straight" / "result.npz"),
-                    np.load(tmp_path / "resume" / "result.npz"))
 
 
 @pytest.mark.parametrize("n_chains", [8, 16])
@@ -171,3 +167,42 @@ def test_replicated_values_that_differ_are_refused(cache, tmp_path):
         assert "ProcessMismatchError" in out and "replicated" in out and "process 1" in out, out[-3000:]
     assert not (tmp_path / "bad.nks").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".nkserde-tmp")]
+
+
+# ------------------------------------------------------------- the Checkpoint callback
+
+
+def assert_same_checkpointed_run(reference, workdir):
+    result = np.load(workdir / "result.npz")
+    for k in reference.files:
+        if k.startswith("param:"):
+            np.testing.assert_array_equal(result[k], reference[k], err_msg=k)
+    assert int(result["step_count"]) == STEPS
+    log = json.loads((workdir / "out" / "log.log").read_text())
+    assert log["Energy"]["iters"] == list(range(STEPS))  # every step exactly once
+    np.testing.assert_array_equal(log["Energy"]["Mean"], reference["losses"])
+    return result
+
+
+def test_checkpointed_run_killed_resumes_exactly(runs, cache, tmp_path):
+    """Both processes SIGKILLed after step 3 (checkpoint of step 2 on disk);
+    the same command again resumes from step 2 and ends bit-identical to the
+    uninterrupted run, JsonLog included."""
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "kill:3"], jax_cache=cache, expect_failure=True)
+    assert not (tmp_path / "result.npz").exists()
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
+    result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
+    assert int(result["resumed_from"]) == 2
+
+
+def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path):
+    """SIGTERM reaches process 1 only (background saves): both processes
+    stop after the same step with a checkpoint of it; the rerun finishes."""
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "sigterm:3"], jax_cache=cache)
+    first = np.load(tmp_path / "result.npz")
+    assert int(first["step_count"]) == 3 and str(first["interrupted"]) == "SIGTERM"
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
+    result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
+    assert int(result["resumed_from"]) == 3
+    files = sorted(p.name for p in (tmp_path / "ckpt" / "run-0").iterdir())
+    assert ".lock" not in files and "fingerprint.json" in files

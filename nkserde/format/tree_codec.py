@@ -17,25 +17,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..parts import GlobalArray, PerProcess, ProcessValues
+from ..parts import GlobalArray, PerProcess, Primary, ProcessValues
 
 ARRAY = "@array"
 STACKED = "@stacked"
 PER_PROCESS = "@per_process"
+PRIMARY = "@primary"  # only while several processes compare their trees
 BIGINT = "@int"
 COMPLEX = "@complex"
 _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
 
 
 def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_processes: int = 1,
-           _path=(), _stacked=False):
+           deferred: list | None = None, _path=(), _stacked=False):
     """Returns the msgpack-safe tree; appends every array (numpy array or
     GlobalArray) to ``arrays`` in tree order and its path to ``paths``.
     Tuples become lists. In a per-process value, an array ``a`` of process
-    ``rank`` becomes row ``rank`` of a ``[n_processes, ...]`` array."""
+    ``rank`` becomes row ``rank`` of a ``[n_processes, ...]`` array.
+
+    With several processes, a ``Primary`` value becomes ``{"@primary": None}``
+    and, on process 0, is appended to ``deferred``: :func:`encode_deferred`
+    then fills it in, numbering its arrays after all the others, so that
+    the arrays every process has get the same numbers everywhere."""
     def enc(v, key, stacked=_stacked):
         return encode(v, arrays, paths, rank=rank, n_processes=n_processes, _path=_path + (key,),
-                      _stacked=stacked)
+                      _stacked=stacked, deferred=deferred)
+
+    if isinstance(tree, Primary):
+        if n_processes == 1 or deferred is None:
+            return encode(tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path,
+                          _stacked=_stacked, deferred=deferred)
+        node = {PRIMARY: None}
+        if rank == 0:
+            deferred.append((node, tree.value, _path))
+        return node
 
     if isinstance(tree, dict):
         return {k: enc(v, k) for k, v in tree.items()}
@@ -43,7 +58,7 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
         return [enc(v, i) for i, v in enumerate(tree)]
     if isinstance(tree, PerProcess):
         inner = encode(tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path,
-                       _stacked=True)
+                       _stacked=True, deferred=deferred)
         return inner if _stacked else {PER_PROCESS: [inner]}  # nested: already per process
     if isinstance(tree, (np.ndarray, GlobalArray)):
         if _stacked:
@@ -66,6 +81,14 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
     if isinstance(tree, complex):
         return {COMPLEX: [tree.real, tree.imag]}
     raise TypeError(f"cannot store a value of type {type(tree).__name__} in the header")
+
+
+def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> None:
+    """Fills in the ``{"@primary": ...}`` nodes :func:`encode` deferred (on
+    process 0), appending their arrays; a value nested in one is encoded in
+    its place."""
+    for node, value, where in deferred:
+        node[PRIMARY] = encode(value, arrays, paths, _path=where)
 
 
 def _array_ref(value, arrays) -> int:

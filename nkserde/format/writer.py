@@ -161,9 +161,11 @@ def _agree(comm: Communicator, step: str, action):
 
 
 def _strip_per_process(tree):
-    """The tree with per-process subtrees reduced to their structure: what
-    must be identical on every process."""
+    """The tree with per-process subtrees reduced to their structure and
+    process 0's records removed: what must be identical on every process."""
     if isinstance(tree, dict):
+        if set(tree) == {tree_codec.PRIMARY}:
+            return {tree_codec.PRIMARY: None}
         if set(tree) == {tree_codec.PER_PROCESS}:
             return {tree_codec.PER_PROCESS: _structure(tree[tree_codec.PER_PROCESS][0])}
         return {k: _strip_per_process(v) for k, v in tree.items()}
@@ -206,8 +208,10 @@ def _first_difference(a, b, path=()):
 
 def _merge_per_process(tree, others):
     """Process 0's tree with each per-process subtree replaced by the list of
-    every process's subtree."""
+    every process's subtree, and process 0's records in place."""
     if isinstance(tree, dict):
+        if set(tree) == {tree_codec.PRIMARY}:
+            return tree[tree_codec.PRIMARY]
         if set(tree) == {tree_codec.PER_PROCESS}:
             return {tree_codec.PER_PROCESS: [o[tree_codec.PER_PROCESS][0] for o in others]}
         return {k: _merge_per_process(v, [o[k] for o in others]) for k, v in tree.items()}
@@ -246,9 +250,12 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
     paths: list = []
 
     def describe():
-        encoded = tree_codec.encode(tree, arrays, paths, rank=rank, n_processes=size)
+        deferred: list = []
+        encoded = tree_codec.encode(tree, arrays, paths, rank=rank, n_processes=size, deferred=deferred)
+        state["common"] = len(arrays)  # arrays every process has; then process 0's records
+        tree_codec.encode_deferred(deferred, arrays, paths)
         described, mine = [], {}
-        for i, (array, where) in enumerate(zip(arrays, paths)):
+        for i, (array, where) in enumerate(zip(arrays[:state["common"]], paths)):
             if isinstance(array, GlobalArray):
                 blocks = []
                 for start, block in array.blocks:
@@ -267,6 +274,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                                   "checksum": checksum(_bytes_of(array))})
         return encoded, described, mine
 
+    state = {}
     encoded, described, mine = _agree(comm, "encoding the state", describe)
     own = msgpack.packb({"tree": encoded, "arrays": described, "host": socket.gethostname(),
                          "pid": os.getpid()}, use_bin_type=True)
@@ -321,7 +329,6 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
     temp = path.parent / f".{path.name}~{everyone[0]['host']}~{everyone[0]['pid']}{TEMP_MARK}"
 
     # -- process 0 creates the temporary file; everyone writes into it
-    state = {}
 
     def create():
         if rank == 0:
@@ -334,7 +341,8 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
 
         def write_blocks():
             if rank == 0:
-                state["index"] = _write_region0(state["file"], region0, arrays, everyone, offsets, mine)
+                state["index"] = _write_region0(state["file"], region0, arrays, everyone, offsets, mine,
+                                                state["common"])
                 return
             if not temp.exists():
                 raise NkserdeError(
@@ -379,13 +387,16 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
     return path
 
 
-def _write_region0(f, region0, arrays, everyone, offsets, mine):
-    """Process 0 streams its blocks and the replicated arrays from
-    ``region0`` on and builds the index of every array. Returns (index, end)."""
+def _write_region0(f, region0, arrays, everyone, offsets, mine, common):
+    """Process 0 streams its blocks, the replicated arrays and its own
+    records (the arrays from ``common`` on) from ``region0`` on and builds
+    the index of every array. Returns (index, end)."""
     index = []
     position = region0
     f.seek(region0)
     for i, array in enumerate(arrays):
+        if i >= common and isinstance(array, GlobalArray):
+            raise TypeError("a value recorded by process 0 alone cannot hold an array spread over processes")
         if not isinstance(array, GlobalArray):
             entry, position = _stream_array(f, array, position)
             index.append({"dtype": _dtype(array), "shape": list(array.shape), "nbytes": array.nbytes,
