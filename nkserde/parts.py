@@ -96,10 +96,11 @@ class Resizable:
     Carlo chains. If the saved batch is longer than the template's, a load
     keeps the first rows; if shorter, it fills the rest by repeating the
     saved rows in order (row ``i`` takes saved row ``i % n_saved``), with a
-    warning. Arrays marked together (``group``) are resized together."""
+    warning. Fields of one object resized this way stay consistent: row
+    ``i`` of each comes from the same saved chain."""
 
     value: Any
-    group: str = "chains"
+    announce: bool = True  # warn when resized (one field of a group is enough)
 
 
 def map_arrays(fn, state):

@@ -141,7 +141,8 @@ def from_state_dict(template, state, path=()) -> Any:
     if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
         return _restore_per_process(template, state, path)
     if isinstance(template, Resizable):
-        return from_state_dict(template.value, _resize(template.value, state, path), path)
+        return from_state_dict(template.value, _resize(template.value, state, path, template.announce),
+                               path)
     if isinstance(template, jax.Array) and _is_key_array(template):
         return _restore_node(KEY_REGISTRATION, template, state, path)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
@@ -229,7 +230,7 @@ def _restore_per_process(template, state, path):
     return value
 
 
-def _resize(template, state, path):
+def _resize(template, state, path, announce=True):
     """``state`` with its leading axis cut or filled to the template's length
     (see parts.Resizable); unchanged if the shapes already agree."""
     if not isinstance(state, np.ndarray) or not hasattr(template, "shape"):
@@ -242,8 +243,9 @@ def _resize(template, state, path):
         how = f"keeps the first {wanted}"
     else:
         how = f"keeps all {saved} and fills {wanted - saved} by repeating them"
-    warnings.warn(f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: "
-                  f"the load {how}", stacklevel=2)
+    if announce:
+        warnings.warn(f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: "
+                      f"the load {how}", stacklevel=2)
     return state[np.arange(wanted) % saved]
 
 

@@ -50,6 +50,7 @@ import numpy as np
 import pytest
 
 import nkserde
+import builders
 from builders import N, assert_identical, assert_unchanged, leaves, system
 
 R = nk.sampler.rules
@@ -561,3 +562,30 @@ def test_frozen_parameters(tmp_path):
     assert "kernel" not in str(jax.tree_util.tree_structure(orig.parameters))
     loaded = _check_model_state_round_trip(orig, template, tmp_path, "frozen")
     assert_same_arrays(loaded.model_state["frozen_params"], orig.model_state["frozen_params"])
+
+
+@pytest.mark.parametrize("saved_chains, wanted", [(12, 16), (12, 8)])
+def test_a_different_number_of_chains_keeps_what_fits(tmp_path, saved_chains, wanted):
+    """Chains saved from 12 into 16 (all kept, 4 repeated) or 8 (the first
+    8): one warning naming both counts; the fields stay consistent; repeated
+    chains move apart at the next sampling (each chain has its own key)."""
+    _, hilbert, _ = builders.system()
+
+    def state(n):
+        return builders.mc_state(sampler=nk.sampler.MetropolisLocal(hilbert, n_chains=n), n_samples=8 * n)
+
+    orig = state(saved_chains)
+    orig.sample()
+    nkserde.save(orig, tmp_path / "vs.nks")
+    with pytest.warns(UserWarning, match=f"{saved_chains} chains, the template {wanted}") as caught:
+        loaded = nkserde.load(state(wanted), tmp_path / "vs.nks")
+    assert sum("chains, the template" in str(w.message) for w in caught) == 1
+    rows = np.arange(wanted) % saved_chains
+    stored = nkserde.load_state_dict(tmp_path / "vs.nks")["sampler_state"]
+    for field, attr in (("chains", "σ"), ("log_prob", "log_prob"), ("n_accepted", "n_accepted_proc")):
+        np.testing.assert_array_equal(np.asarray(getattr(loaded.sampler_state, attr)),
+                                      stored[field][rows])
+    if wanted > saved_chains:
+        loaded.sample()
+        chains = np.asarray(loaded.sampler_state.σ)
+        assert not np.array_equal(chains[saved_chains:], chains[: wanted - saved_chains])

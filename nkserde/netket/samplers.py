@@ -46,7 +46,7 @@ def _register_metropolis(cls, name, fields, *, doc, subclasses=False):
     to_state = reg.to_state
 
     def chains_resizable(state):
-        return {k: Resizable(v) if k in _PER_CHAIN and v is not None else v
+        return {k: Resizable(v, announce=k == "chains") if k in _PER_CHAIN and v is not None else v
                 for k, v in to_state(state).items()}
 
     return registry.register(cls, name=name, version=reg.version, to_state=chains_resizable,
