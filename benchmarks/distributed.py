@@ -25,10 +25,11 @@ Two ways of saving it to one file, timed after a barrier, on every process:
   same path; process 0 writes the replicated arrays, each process writes its
   own blocks of the sharded ones into the shared file, nothing is gathered;
 * ``naive``: every process ``multihost_utils.process_allgather``s (tiled)
-  each array that is not fully addressable, ``np.asarray``s the others,
-  ``flax.serialization.msgpack_serialize``s the dict and writes the bytes
-  to its own temporary name, fsyncs it, ``os.replace``s it onto the SAME
-  path and fsyncs the directory (every process writes the whole file).
+  each array that is sharded over processes, ``np.asarray``s its copy of
+  the replicated ones, ``flax.serialization.msgpack_serialize``s the dict
+  and writes the bytes to its own temporary name, fsyncs it,
+  ``os.replace``s it onto the SAME path and fsyncs the directory (every
+  process writes the whole file).
 
 Each method is run once untimed (warm-up: imports, the all-gather's
 compilation; its files are checked: ``nkserde.verify``, ``info()
@@ -36,9 +37,9 @@ compilation; its files are checked: ``nkserde.verify``, ``info()
 ``--repeat`` times, alternating, each time to a new file name that is
 deleted afterwards. Per save and process: the wall time of the call, and
 the peak extra memory: a thread samples this process's RSS every 2 ms
-(peak minus the RSS just before the save); the kernel's peak (VmHWM, reset
-through /proc/self/clear_refs just before the save) is recorded in the JSON
-as a cross-check.
+(peak minus the RSS just before the save), and the kernel's peak of the
+same process (VmHWM, reset through /proc/self/clear_refs just before the
+save) minus the same RSS.
 
 ``raw`` is the physical limit: the launcher alone (no other process
 running) writes as many random bytes as the nkserde file has, in one file,
@@ -48,9 +49,12 @@ Reported per N (save times are medians over the repeats; "max" is the
 slowest process of a repeat, i.e. the time until every process is done;
 memory is the largest over the repeats, "others" the largest over processes
 1..N-1): file sizes, save times, nkserde/raw and naive/nkserde, peak extra
-RSS of process 0 and of the others. Printed as markdown tables; the full
-data (every repeat of every process) goes to ``--out`` as JSON. Workers'
-output is captured and shown only if a launch fails or times out.
+RSS of process 0 and of the others, sampled and (in parentheses) VmHWM. The
+sampler is a Python thread: it cannot run while a C call holds the GIL
+(``msgpack.packb`` of the whole state does), so it can miss the peak;
+VmHWM cannot. Printed as markdown tables; the full data (every repeat of
+every process) goes to ``--out`` as JSON. Workers' output is captured and
+shown only if a launch fails or times out.
 """
 
 from __future__ import annotations
@@ -135,9 +139,14 @@ def save_naive(state: dict, path: Path) -> None:
     from flax import serialization
     from jax.experimental import multihost_utils
 
-    host = {k: np.asarray(v) if v.is_fully_addressable
-            else np.asarray(multihost_utils.process_allgather(v, tiled=True))
-            for k, v in state.items()}
+    def to_host(x):
+        if x.is_fully_addressable:
+            return np.asarray(x)
+        if x.sharding.is_fully_replicated:  # this process's copy
+            return np.asarray(x.addressable_data(0))
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    host = {k: to_host(v) for k, v in state.items()}
     data = serialization.msgpack_serialize(host)
     temp = path.with_name(f".{path.name}.{jax.process_index()}.tmp")
     with open(temp, "wb") as f:
@@ -373,15 +382,20 @@ def summarize(n: int, reports: list[dict], raw_times: list[float]) -> dict:
         repeats = len(per_rank[0])
         slowest = [max(per_rank[r][i]["seconds"] for r in range(n)) for i in range(repeats)]
         others = [rec for recs in per_rank[1:] for rec in recs]
-        hwm = [rec["hwm_extra"] for recs in per_rank for rec in recs if rec["hwm_extra"] is not None]
+
+        def peak(records, key):
+            values = [rec[key] for rec in records if rec[key] is not None]
+            return max(values, default=None)
+
         out[method] = {
             "file_bytes": per_rank[0][0]["file_bytes"],
             "save_s": statistics.median(slowest),
             "save_s_process0": statistics.median(rec["seconds"] for rec in per_rank[0]),
             "save_all_s_max_over_processes": slowest,
-            "extra_rss_process0": max(rec["extra_rss"] for rec in per_rank[0]),
-            "extra_rss_others": max((rec["extra_rss"] for rec in others), default=None),
-            "hwm_extra_max": max(hwm, default=None),
+            "extra_rss_process0": peak(per_rank[0], "extra_rss"),
+            "extra_rss_others": peak(others, "extra_rss"),
+            "hwm_extra_process0": peak(per_rank[0], "hwm_extra"),
+            "hwm_extra_others": peak(others, "hwm_extra"),
             "per_process": [{"seconds": [rec["seconds"] for rec in recs],
                              "extra_rss": [rec["extra_rss"] for rec in recs],
                              "hwm_extra": [rec["hwm_extra"] for rec in recs],
@@ -396,6 +410,10 @@ def print_tables(rows: list[dict]) -> None:
     def mb(x):
         return "-" if x is None else f"{x / MB:.1f}"
 
+    def peaks(method: dict, who: str) -> str:
+        sampled, kernel = method["extra_rss_" + who], method["hwm_extra_" + who]
+        return "-" if sampled is None else f"{mb(sampled)} ({mb(kernel)})"
+
     print("\nSave time (s; median of the repeats; max = slowest process, p0 = process 0)\n")
     print("| N | nkserde file MB | naive file MB | raw write s | nkserde s max | nkserde s p0 "
           "| naive s max | naive s p0 | nkserde/raw | naive/nkserde |")
@@ -405,13 +423,14 @@ def print_tables(rows: list[dict]) -> None:
         print(f"| {row['processes']} | {mb(k['file_bytes'])} | {mb(v['file_bytes'])} | {row['raw_write_s']:.2f} "
               f"| {k['save_s']:.2f} | {k['save_s_process0']:.2f} | {v['save_s']:.2f} | {v['save_s_process0']:.2f} "
               f"| {row['nkserde_over_raw']:.2f} | {row['naive_over_nkserde']:.2f} |")
-    print("\nPeak extra RSS during the save (MB; largest over the repeats; others = processes 1..N-1)\n")
+    print("\nPeak extra RSS during the save, MB: sampled every 2 ms (kernel VmHWM); largest over the\n"
+          "repeats; others = processes 1..N-1\n")
     print("| N | nkserde p0 | nkserde others | naive p0 | naive others |")
     print("|--:|--:|--:|--:|--:|")
     for row in rows:
         k, v = row["nkserde"], row["naive"]
-        print(f"| {row['processes']} | {mb(k['extra_rss_process0'])} | {mb(k['extra_rss_others'])} "
-              f"| {mb(v['extra_rss_process0'])} | {mb(v['extra_rss_others'])} |")
+        print(f"| {row['processes']} | {peaks(k, 'process0')} | {peaks(k, 'others')} "
+              f"| {peaks(v, 'process0')} | {peaks(v, 'others')} |")
 
 
 def versions() -> dict:

@@ -259,12 +259,11 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
             if isinstance(array, GlobalArray):
                 blocks = []
                 for start, block in array.blocks:
-                    data = _bytes_of(block)
-                    if rank == 0:
+                    if rank == 0:  # streamed later, like a one-process save
                         blocks.append([list(start), list(block.shape), None, None, None])
                         mine[(i, tuple(start))] = block
                     else:
-                        codec, payload, digest = _prepare_block(data)
+                        codec, payload, digest = _prepare_block(_bytes_of(block))
                         blocks.append([list(start), list(block.shape), len(payload), codec, digest])
                         mine[(i, tuple(start))] = (codec, payload, digest)
                 described.append({"dtype": _dtype(array, where), "shape": list(array.shape),
