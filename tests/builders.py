@@ -168,3 +168,21 @@ def tdvp_imag(integrator="RK4", schmitt=False, exact=True, dt=0.01, driver_kw=No
     cls = nkx.driver.TDVPSchmitt if schmitt else nkx.TDVP
     return cls(H, variational_state=vs, ode_solver=solver, propagation_type="imag",
                **(driver_kw or {}))
+
+
+def json_differences(got, want, path="") -> list[str]:
+    """Where two JsonLog documents differ, value for value (types included),
+    except the ``wallclock`` times, which only need the same count."""
+    problems: list[str] = []
+    if isinstance(want, dict) and isinstance(got, dict):
+        if got.keys() != want.keys():
+            problems.append(f"{path}: keys {sorted(got)} != {sorted(want)}")
+        for key in want.keys() & got.keys():
+            if path == "/wallclock" and key == "value":
+                if len(got[key]) != len(want[key]):
+                    problems.append(f"{path}/value: {len(got[key])} entries, reference {len(want[key])}")
+                continue
+            problems += json_differences(got[key], want[key], f"{path}/{key}")
+    elif got != want or type(got) is not type(want):
+        problems.append(f"{path}: {got!r} != reference {want!r}")
+    return problems

@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from builders import json_differences
+
 SCRIPT = Path(__file__).with_name("_ckpt_script.py")
 TIMEOUT = 120  # seconds a process may live
 STEPS = 8  # every driver's run: 8 steps (TDVP: 0.08 at dt=0.01)
@@ -180,20 +182,6 @@ class Outcome:
         return int(self.arrays["step_count"])
 
 
-def _compare_json(path, got, want, problems):
-    if isinstance(want, dict) and isinstance(got, dict):
-        if got.keys() != want.keys():
-            problems.append(f"{path}: keys {sorted(got)} != {sorted(want)}")
-        for key in want.keys() & got.keys():
-            if path == "/wallclock" and key == "value":
-                if len(got[key]) != len(want[key]):
-                    problems.append(f"{path}/value: {len(got[key])} entries, reference {len(want[key])}")
-                continue
-            _compare_json(f"{path}/{key}", got[key], want[key], problems)
-    elif got != want or type(got) is not type(want):
-        problems.append(f"{path}: {got!r} != reference {want!r}")
-
-
 def end_differences(workdir: Path, reference: Outcome) -> list[str]:
     """How the run in ``workdir`` ended differently from the reference."""
     got = Outcome(workdir)
@@ -205,8 +193,7 @@ def end_differences(workdir: Path, reference: Outcome) -> list[str]:
         if have.dtype != want.dtype or have.shape != want.shape or have.tobytes() != want.tobytes():
             problems.append(f"{name}: resumed {have!r} != reference {want!r}")
     # the .log, value for value, then byte for byte but the wall clock times
-    log_problems: list[str] = []
-    _compare_json("", json.loads(got.log), json.loads(reference.log), log_problems)
+    log_problems = json_differences(json.loads(got.log), json.loads(reference.log))
     problems += [f"JsonLog .log {p}" for p in log_problems]
     masked = [_WALLCLOCK.subn(rb"\1...\2", log) for log in (got.log, reference.log)]
     if [n for _, n in masked] != [1, 1]:

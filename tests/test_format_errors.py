@@ -4,7 +4,6 @@ clear nkserde.errors exception naming the file, never a raw library error."""
 from __future__ import annotations
 
 import os
-import struct
 
 import jax.numpy as jnp
 import numpy as np

@@ -8,17 +8,21 @@ from .. import registry
 
 
 def register_attributes(cls, name: str, fields: dict[str, str], *, version: int = 1,
-                        doc: str = "", subclasses: bool = False, immutable: bool = False):
+                        doc: str = "", subclasses: bool = False, immutable: bool = False,
+                        adjust=None):
     """Registers ``cls`` as a record of attributes: ``fields`` maps the
     nkserde field name to the attribute that holds it.
 
     Loading builds the new object from the template: ``template.replace(...)``
     for immutable pytrees, else a shallow copy with the restored attributes
     set on it. Everything not stored (operators, models, closures,
-    hyperparameters) is the template's."""
+    hyperparameters) is the template's. ``adjust(field dict) -> field dict``,
+    if given, edits what is stored (e.g. marks fields for multi-process
+    layouts)."""
 
     def to_state(obj):
-        return {key: getattr(obj, attr) for key, attr in fields.items()}
+        state = {key: getattr(obj, attr) for key, attr in fields.items()}
+        return adjust(state) if adjust is not None else state
 
     def from_state(template, restored):
         values = {attr: restored[key] for key, attr in fields.items()}

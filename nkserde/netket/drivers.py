@@ -13,7 +13,6 @@ import copy
 import netket as nk
 import netket.experimental as nkx
 
-from .. import registry
 from ._common import register_attributes
 
 _COMMON = {
@@ -54,22 +53,9 @@ def _without_cached_samples(vs):
     return vs
 
 
-def _infidelity_to_state(driver) -> dict:
-    fields = {key: getattr(driver, attr) for key, attr in _INFIDELITY.items()}
-    fields["target_state"] = _without_cached_samples(fields["target_state"])
-    return fields
-
-
-def _infidelity_from_state(template, fields: dict):
-    new = copy.copy(template)
-    for key, attr in _INFIDELITY.items():
-        object.__setattr__(new, attr, fields[key])
-    return new
-
-
-registry.register(
-    nk.driver.Infidelity_SR, name="netket.driver.Infidelity_SR", version=1,
-    to_state=_infidelity_to_state, from_state=_infidelity_from_state, subclasses=True,
+register_attributes(
+    nk.driver.Infidelity_SR, "netket.driver.Infidelity_SR", _INFIDELITY, subclasses=True,
+    adjust=lambda f: {**f, "target_state": _without_cached_samples(f["target_state"])},
     doc="state; optimizer_state; step: int; momentum: pytree or None; target_state: "
         "the target's variational state, with the sampler state its next samples are "
         "drawn from (the driver resamples the target at every step)")

@@ -41,16 +41,14 @@ _PER_CHAIN = {"chains", "log_prob", "n_accepted", "betas", "beta_0_index", "beta
               "beta_diffusion", "n_accepted_per_beta"}
 
 
+def _chains_resizable(state: dict) -> dict:
+    return {k: Resizable(v, announce=k == "chains") if k in _PER_CHAIN and v is not None else v
+            for k, v in state.items()}
+
+
 def _register_metropolis(cls, name, fields, *, doc, subclasses=False):
-    reg = register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc)
-    to_state = reg.to_state
-
-    def chains_resizable(state):
-        return {k: Resizable(v, announce=k == "chains") if k in _PER_CHAIN and v is not None else v
-                for k, v in to_state(state).items()}
-
-    return registry.register(cls, name=name, version=reg.version, to_state=chains_resizable,
-                             from_state=reg.from_state, doc=doc, subclasses=subclasses)
+    return register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc,
+                               adjust=_chains_resizable)
 
 
 _register_metropolis(
