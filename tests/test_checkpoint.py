@@ -310,22 +310,59 @@ def test_tensorboard_log_purges_steps_after_the_checkpoint(tmp_path):
     assert second._init_kwargs["purge_step"] == 5  # the checkpoint had logged steps 0..4
 
 
-@pytest.mark.parametrize("cls", [nk.logging.MLFlowLog, nk.logging.WandbLog])
-def test_tracking_loggers_continue_the_same_run(cls):
-    """mlflow and wandb are not installed here (their constructors import
-    them), so this tests the state round trip on loggers built without
-    __init__, with the attributes NetKet 3.23 sets."""
-    from types import SimpleNamespace
+def _crash_then_resume_logging_to(tmp_path, make_logger, between=lambda: None):
+    """A run that logs to ``make_logger()`` crashes at the start of step 3
+    (checkpoint of step 3 written); ``between()`` ends what a dying process
+    would end; the same script resumes with a fresh logger. Returns both
+    loggers."""
+    first_log = make_logger()
+    with pytest.raises(RuntimeError, match="crash"):
+        B.vmc().run(N_STEPS, out=first_log, show_progress=False,
+                    callback=[nkserde.Checkpoint(tmp_path / "ckpt", every=2), CrashAt(3)])
+    between()
+    second_log = make_logger()
+    ckpt = nkserde.Checkpoint(tmp_path / "ckpt", every=2)
+    B.vmc().run(N_STEPS, out=second_log, show_progress=False, callback=ckpt)
+    assert ckpt.resumed_from == 3
+    return first_log, second_log
 
-    def make(run):
-        log = cls.__new__(cls)
-        for name, value in {"_run": run, "_run_id": None, "_old_step": 0,
-                            "_steps_since_last_params": 0}.items():
-            object.__setattr__(log, name, value)
-        return log
 
-    live = make(SimpleNamespace(info=SimpleNamespace(run_id="abc123"), id="abc123"))
-    object.__setattr__(live, "_old_step", 41)
-    object.__setattr__(live, "_steps_since_last_params", 3)
-    restored = nkserde.from_state_dict(make(None), nkserde.state_dict(live))
-    assert (restored._run_id, restored._old_step, restored._steps_since_last_params) == ("abc123", 41, 3)
+def test_mlflow_log_continues_the_same_tracking_run(tmp_path, reference, monkeypatch):
+    """Against mlflow's file store: one run in the experiment, holding every
+    step once, with the uninterrupted run's energies."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 prefers a database
+    first, second = _crash_then_resume_logging_to(
+        tmp_path, lambda: nk.logging.MLFlowLog(experiment_name="ising", save_params=False),
+        between=mlflow.end_run)  # what the killed process's exit does
+    run_id = first._run.info.run_id
+    assert second._run.info.run_id == run_id
+    mlflow.end_run()
+    client = mlflow.tracking.MlflowClient()
+    experiment = client.get_experiment_by_name("ising")
+    assert [r.info.run_id for r in client.search_runs([experiment.experiment_id])] == [run_id]
+    history = sorted((m.step, m.value) for m in client.get_metric_history(run_id, "Energy.Mean"))
+    assert [step for step, _ in history] == list(range(N_STEPS))
+    assert np.asarray([v for _, v in history]).tobytes() == reference[1]
+
+
+def test_wandb_log_continues_the_same_tracking_run(tmp_path, monkeypatch):
+    """wandb in offline mode: the resumed logger resumes the run with the
+    interrupted run's id (both offline run directories carry it)."""
+    import wandb
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first, second = _crash_then_resume_logging_to(
+        tmp_path, lambda: nk.logging.WandbLog(project="ising", save_params=False,
+                                              save_final_state=False),
+        between=wandb.finish)
+    run_id = first._run.id
+    assert second._run.id == run_id
+    assert second._old_step == N_STEPS - 1
+    wandb.finish()
+    runs = sorted(p.name for p in (tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs)
