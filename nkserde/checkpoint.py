@@ -180,9 +180,26 @@ class _Lock:
 
 
 def _host_copy(state):
-    """A private copy of every array in a state dict: the background write
-    must not see buffers the run mutates or donates afterwards."""
-    return map_arrays(lambda a: np.array(a, copy=True), state)
+    """The state dict with a private copy of every array the run could change
+    before the background write reads it. Read-only views of JAX buffers are
+    kept as they are: a JAX array is immutable and the view keeps its buffer
+    alive (NetKet donates no buffers), so copying them would only cost time.
+    Everything backed by numpy memory (numpy sampler chains, logger
+    histories) is copied."""
+    return map_arrays(lambda a: a if _immutable_view(a) else np.array(a, copy=True), state)
+
+
+def _immutable_view(a: np.ndarray) -> bool:
+    if a.flags.writeable:
+        return False
+    base = a
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):  # np.asarray(jax_array) on CPU: a view of its buffer
+        base = base.obj
+    # None: numpy owns the memory (a read-only flag can be lifted again);
+    # bytearrays and mmaps can be written elsewhere. A JAX array cannot.
+    return isinstance(base, jax.Array)
 
 
 _PENDING: weakref.WeakSet = weakref.WeakSet()
@@ -243,6 +260,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _dirty_step: int | None = struct.field(pytree_node=False, serialize=False)
     _nothing_to_do: bool = struct.field(pytree_node=False, serialize=False)
     _candidate: Any = struct.field(pytree_node=False, serialize=False)
+    _interrupt_pending: bool = struct.field(pytree_node=False, serialize=False)
 
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
@@ -268,6 +286,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._dirty_step = None  # the step whose update has begun, until it completes
         self._nothing_to_do = False  # resumed the final checkpoint of a stopped run
         self._candidate = None  # (path, state dict) process 0 verified at start
+        self._interrupt_pending = False  # Ctrl-C deferred to the end of the step
 
     @property
     def callback_order(self) -> int:
@@ -327,6 +346,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._run_callbacks = tuple(c for c in callbacks if _stateful(c)
                                         and not hasattr(c, "logger") and not _is_logger(c))
             self.resumed_from, self.interrupted, self._dirty_step = None, None, None
+            self._interrupt_pending = False
             self._nothing_to_do = False
             self._start(driver)
             # nothing of this run to save until it completes a step
@@ -350,6 +370,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if self._nothing_to_do:  # raised here, once every callback has started
             raise nk.callbacks.RunFinished(
                 f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
+        if self._interrupt_pending:  # Ctrl-C during the end of the step just completed
+            self._interrupt_pending = False
+            if self._last_saved != self._completed:
+                self._save(driver, asynchronous=False)
+            raise KeyboardInterrupt
         if _multi_process():
             # stop together: a signal may reach the processes at different steps
             received = self._comm("signals").allgather(str(self._signal_received or 0).encode())
@@ -380,6 +405,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self.wait()
         finally:
             self._finish()
+        if self._interrupt_pending:  # Ctrl-C during the last step: saved, now raise it
+            self._interrupt_pending = False
+            raise KeyboardInterrupt
 
     def on_run_error(self, step, error, driver):
         # A run that failed to start (e.g. a fingerprint mismatch raised in
@@ -555,10 +583,19 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             state = _host_copy(state)
             self.wait()  # at most one write in flight
             self._writer = threading.Thread(
-                target=self._write, args=(state, path, completed), name="nkserde-checkpoint", daemon=True)
+                target=self._write_in_background, args=(state, path, completed),
+                name="nkserde-checkpoint", daemon=True)
             _PENDING.add(self)
             self._writer.start()
         self._last_saved = completed
+
+    def _write_in_background(self, state, path, completed):
+        # Lowest CPU priority for this thread (Linux: per-thread nice): on a
+        # machine whose cores the run's compute keeps busy, the write should
+        # take what the run leaves, not slow its steps down.
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        self._write(state, path, completed)
 
     def _write(self, state, path, completed):
         try:
@@ -596,6 +633,23 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         for signum in self.signals:
             self._previous_handlers[signum] = signal.getsignal(signum)
             signal.signal(signum, handler)
+
+        previous_sigint = signal.getsignal(signal.SIGINT)
+        if (signal.SIGINT in self.signals or _multi_process()
+                or previous_sigint is not signal.default_int_handler):
+            return  # a handler of the user's (or of another tool) is left alone
+
+        def on_sigint(signum, frame):
+            # Ctrl-C between a step's parameter update and the end of its
+            # callbacks would leave a driver that is neither the last
+            # completed step nor the next one: finish the step, checkpoint
+            # it, then raise (on_step_start/on_run_end). Elsewhere: at once.
+            if self._dirty_step is None:
+                raise KeyboardInterrupt
+            self._interrupt_pending = True
+
+        self._previous_handlers[signal.SIGINT] = previous_sigint
+        signal.signal(signal.SIGINT, on_sigint)
 
     def _finish(self, raise_write_error=True):
         self._active = False

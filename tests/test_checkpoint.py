@@ -366,3 +366,22 @@ def test_wandb_log_continues_the_same_tracking_run(tmp_path, monkeypatch):
     wandb.finish()
     runs = sorted(p.name for p in (tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 2 and all(name.endswith(f"-{run_id}") for name in runs)
+
+
+def test_background_snapshot_copies_what_the_run_can_change():
+    """An asynchronous checkpoint's host snapshot references JAX buffers
+    (immutable) and copies numpy memory the run may change in place (numpy
+    sampler chains, logger histories), read-only flag or not."""
+    import jax.numpy as jnp
+
+    from nkserde.checkpoint import _host_copy
+
+    jax_view = np.asarray(jnp.arange(4.0))
+    owned = np.arange(4.0)
+    read_only = np.arange(3.0)
+    read_only.flags.writeable = False
+    snapshot = _host_copy({"jax": jax_view, "owned": owned, "read_only": [read_only]})
+    assert snapshot["jax"] is jax_view
+    for before, after in ((owned, snapshot["owned"]), (read_only, snapshot["read_only"][0])):
+        assert not np.shares_memory(before, after)
+        np.testing.assert_array_equal(before, after)

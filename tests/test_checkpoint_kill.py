@@ -348,12 +348,12 @@ def test_sigterm_checkpoints_and_stops_cleanly(driver, runner, reference, tmp_pa
 
 @pytest.mark.slow
 def test_sigint_while_a_step_ends(runner, reference, tmp_path):
-    """Ctrl-C (SIGINT: a KeyboardInterrupt, which NetKet hands to
-    on_run_error and re-raises) while a callback is in on_step_end of step
-    k: the step's update is applied, NetKet has not counted it yet.
-    Whatever the Checkpoint saves on the error must be what its name says:
-    the rerun resumes from the newest checkpoint and ends as the
-    uninterrupted run. every=4 and k=3: no checkpoint is due at k - 1 or k."""
+    """Ctrl-C (SIGINT) while a callback is in on_step_end of step k: the
+    step's update is applied, NetKet has not counted it yet, so the driver
+    is neither step k-1 nor step k. The Checkpoint lets the step finish,
+    checkpoints it (step k), then raises the KeyboardInterrupt; the rerun
+    resumes from k and ends as the uninterrupted run. every=4 and k=3: no
+    checkpoint is due at k - 1 or k, so only this mechanism can save k."""
     ref = reference("vmc")
     k = 3
     options = ["--mode", "checkpointed", "--every", "4", "--sync"]
@@ -363,6 +363,7 @@ def test_sigint_while_a_step_ends(runner, reference, tmp_path):
     assert first.finish() != 0
     assert "KeyboardInterrupt" in first.output, first.output
     saved = saved_steps(tmp_path)
+    assert saved == [k], saved
     assert not locks(tmp_path)
 
     second = runner.run_to_end("vmc", tmp_path, *options)
