@@ -10,8 +10,8 @@ decides the structure and the types, the state dict provides the numbers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -219,6 +219,10 @@ def _restore_per_process(template, state, path):
     if not saved:
         raise mismatch(path, state, template, "no saved process values")
     value = from_state_dict(template, state.values[rank % saved], path)
+    if rank == 0 and jax.process_count() < saved:
+        warnings.warn(f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
+                      f"{jax.process_count()}: the values of processes {jax.process_count()}.."
+                      f"{saved - 1} are not used", stacklevel=2)
     copy = rank // saved
     if copy:
         if derive is None:

@@ -143,14 +143,17 @@ def test_different_number_of_chains_keeps_what_fits(runs, cache, tmp_path, n_cha
 def test_per_process_values_are_stacked_and_derived(cache, tmp_path):
     """A numpy sampler's state is per process: saved by 2, loaded by 2 each
     gets its own back; loaded by 3, process 2 continues process 0's chains
-    with a generator jumped ahead (a different stream)."""
+    with a generator jumped ahead (a different stream); loaded by 1, process
+    0 gets its own and a warning says process 1's values are not used."""
     launch(2, ["save-numpy", tmp_path / "saved", tmp_path / "np.nks"], jax_cache=cache)
     header = nkserde.format.read_header(tmp_path / "np.nks")
     assert "@per_process" in repr(header["tree"])
-    for n in (2, 3):
+    for n in (1, 2, 3):
         launch(n, ["load-numpy", tmp_path / f"on{n}", tmp_path / "np.nks"], jax_cache=cache)
     saved = [np.load(tmp_path / "saved" / f"rank-{r}.npz") for r in range(2)]
-    for n in (2, 3):
+    warned = np.load(tmp_path / "on1" / "rank-0.npz")["warned"]
+    assert any("saved by 2 processes, loaded by 1" in str(w) for w in warned), warned
+    for n in (1, 2, 3):
         for r in range(n):
             got = np.load(tmp_path / f"on{n}" / f"rank-{r}.npz")
             np.testing.assert_array_equal(got["chains"], saved[r % 2]["chains"])
