@@ -1,6 +1,6 @@
 """Values whose layout over processes matters, as they appear in state dicts.
 
-In a run of several JAX processes a value is one of three things:
+In a run of several JAX processes a value is one of four things:
 
 * **replicated**: every process holds the same value (parameters, optimizer
   state, step counters). A plain numpy array or scalar in the state dict;
@@ -100,7 +100,7 @@ class Resizable:
     ``i`` of each comes from the same saved chain."""
 
     value: Any
-    announce: bool = True  # warn when resized (one field of a group is enough)
+    announce: bool = True  # warn when resized (one field per object is enough)
 
 
 def map_arrays(fn, state):
