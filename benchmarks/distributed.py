@@ -139,6 +139,8 @@ def save_naive(state: dict, path: Path) -> None:
     from flax import serialization
     from jax.experimental import multihost_utils
 
+    from nkserde.format.atomic import fsync_directory  # the same directory fsync as nkserde's
+
     def to_host(x):
         if x.is_fully_addressable:
             return np.asarray(x)
@@ -154,19 +156,11 @@ def save_naive(state: dict, path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(temp, path)
-    fsync_path(path.parent)
+    fsync_directory(path.parent)
 
 
 SAVES = {"nkserde": save_nkserde, "naive": save_naive}
 SUFFIX = {"nkserde": ".nks", "naive": ".msgpack"}
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --------------------------------------------------------------------------- memory

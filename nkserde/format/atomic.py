@@ -17,8 +17,12 @@ from pathlib import Path
 TEMP_MARK = ".nkserde-tmp"
 
 
-def _temp_name(target: Path) -> str:
-    return f".{target.name}~{socket.gethostname()}~{os.getpid()}{TEMP_MARK}"
+def temp_name(name: str, host: str | None = None, pid: int | None = None) -> str:
+    """The temporary name of a save of file ``name`` by process ``pid`` of
+    ``host`` (default: this one), as :func:`remove_stale_temps` parses it."""
+    host = socket.gethostname() if host is None else host
+    pid = os.getpid() if pid is None else pid
+    return f".{name}~{host}~{pid}{TEMP_MARK}"
 
 
 def pid_alive(pid: int) -> bool:
@@ -74,13 +78,13 @@ def atomic_write(target: Path):
     target = Path(target)
     directory = target.parent if str(target.parent) else Path(".")
     remove_stale_temps(directory)
-    temp = directory / _temp_name(target)
+    temp = directory / temp_name(target.name)
     # A second save of the same target from another thread of this process
     # would share the name: make it unique within the process too.
     counter = 0
     while temp.exists():
         counter += 1
-        temp = directory / f".{target.name}.{counter}~{socket.gethostname()}~{os.getpid()}{TEMP_MARK}"
+        temp = directory / temp_name(f"{target.name}.{counter}")
     f = open(temp, "xb")
     try:
         yield f

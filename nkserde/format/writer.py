@@ -38,7 +38,7 @@ import numpy as np
 from ..errors import DistributedSaveError, NkserdeError, ProcessMismatchError, format_path
 from ..parts import GlobalArray
 from . import codecs, tree_codec
-from .atomic import TEMP_MARK, atomic_write, fsync_directory, remove_stale_temps
+from .atomic import atomic_write, fsync_directory, remove_stale_temps, temp_name
 from .checksum import checksum, streaming_checksum
 from .layout import (
     END_MAGIC, FORMAT_VERSION, MAGIC, PAYLOAD_START, PREAMBLE, TRAILER,
@@ -68,15 +68,17 @@ def _dtype(array, path=()) -> str:
     return name
 
 
-def _stream_array(f, array: np.ndarray, position: int) -> tuple[dict, int]:
+def _stream_array(f, array: np.ndarray, position: int, digest: int | None = None) -> tuple[dict, int]:
     """Writes ``array`` at the next aligned offset after ``position``,
-    choosing its codec. Returns its storage entry and the new position."""
+    choosing its codec. ``digest``: the array bytes' checksum if already
+    known (used if it is stored raw). Returns its storage entry and the new
+    position."""
     start = aligned_offset(position)
     f.write(_ZEROS[: start - position])
     data = _bytes_of(array)
     codec, frame = codecs.choose_codec(data)
     if codec == codecs.RAW:
-        digest = checksum(data)
+        digest = checksum(data) if digest is None else digest
         f.write(data)
         stored = data.nbytes
     elif frame is not None:
@@ -254,7 +256,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
         encoded = tree_codec.encode(tree, arrays, paths, rank=rank, n_processes=size, deferred=deferred)
         state["common"] = len(arrays)  # arrays every process has; then process 0's records
         tree_codec.encode_deferred(deferred, arrays, paths)
-        described, mine = [], {}
+        described, mine, digests = [], {}, {}
         for i, (array, where) in enumerate(zip(arrays[:state["common"]], paths)):
             if isinstance(array, GlobalArray):
                 blocks = []
@@ -269,12 +271,14 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                 described.append({"dtype": _dtype(array, where), "shape": list(array.shape),
                                   "blocks": blocks})
             else:  # replicated: written by 0, checked everywhere
+                digest = checksum(_bytes_of(array))
                 described.append({"dtype": _dtype(array, where), "shape": list(array.shape),
-                                  "checksum": checksum(_bytes_of(array))})
-        return encoded, described, mine
+                                  "checksum": digest})
+                digests[i] = digest  # process 0 need not hash it again when it writes it raw
+        return encoded, described, mine, digests
 
     state = {}
-    encoded, described, mine = _agree(comm, "encoding the state", describe)
+    encoded, described, mine, digests = _agree(comm, "encoding the state", describe)
     own = msgpack.packb({"tree": encoded, "arrays": described, "host": socket.gethostname(),
                          "pid": os.getpid()}, use_bin_type=True)
     everyone = [msgpack.unpackb(b, raw=False, strict_map_key=False) for b in comm.allgather(own)]
@@ -306,14 +310,12 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                     f"{path}: {format_path(paths[i])}: the replicated array {a['dtype']}{a['shape']} "
                     f"differs between process 0 and process {r} (checksums {first['checksum']:x} "
                     f"and {a['checksum']:x}); replicated values must be equal on every process")
-
-    for i in range(n_arrays):
-        if "blocks" in everyone[0]["arrays"][i]:
+        if "blocks" in first:
             volume = sum(int(np.prod(b[1])) for o in everyone for b in o["arrays"][i]["blocks"])
-            if volume != int(np.prod(everyone[0]["arrays"][i]["shape"])):
+            if volume != int(np.prod(first["shape"])):
                 raise ProcessMismatchError(
                     f"{path}: {format_path(paths[i])}: the processes' blocks hold {volume} elements of "
-                    f"an array of shape {everyone[0]['arrays'][i]['shape']}")
+                    f"an array of shape {first['shape']}")
 
     # layout: others' blocks first, process order, then process 0's region
     position = PREAMBLE.size
@@ -325,7 +327,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                 offsets[(r, i, tuple(start))] = offset
                 position = offset + stored
     region0 = aligned_offset(position)
-    temp = path.parent / f".{path.name}~{everyone[0]['host']}~{everyone[0]['pid']}{TEMP_MARK}"
+    temp = path.parent / temp_name(path.name, everyone[0]["host"], everyone[0]["pid"])
 
     # -- process 0 creates the temporary file; everyone writes into it
 
@@ -341,7 +343,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
         def write_blocks():
             if rank == 0:
                 state["index"] = _write_region0(state["file"], region0, arrays, everyone, offsets, mine,
-                                                state["common"])
+                                                digests, state["common"])
                 return
             if not temp.exists():
                 raise NkserdeError(
@@ -386,7 +388,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
     return path
 
 
-def _write_region0(f, region0, arrays, everyone, offsets, mine, common):
+def _write_region0(f, region0, arrays, everyone, offsets, mine, digests, common):
     """Process 0 streams its blocks, the replicated arrays and its own
     records (the arrays from ``common`` on) from ``region0`` on and builds
     the index of every array. Returns (index, end)."""
@@ -397,7 +399,7 @@ def _write_region0(f, region0, arrays, everyone, offsets, mine, common):
         if i >= common and isinstance(array, GlobalArray):
             raise TypeError("a value recorded by process 0 alone cannot hold an array spread over processes")
         if not isinstance(array, GlobalArray):
-            entry, position = _stream_array(f, array, position)
+            entry, position = _stream_array(f, array, position, digests.get(i))
             index.append({"dtype": _dtype(array), "shape": list(array.shape), "nbytes": array.nbytes,
                           **entry})
             continue
