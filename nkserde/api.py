@@ -12,9 +12,10 @@ from pathlib import Path
 
 import jax
 
+from . import directory, tree
 from . import format as fileformat
-from . import tree
 from .errors import NkserdeError
+from .tree import TYPE
 from .parts import PerProcess, Primary
 
 
@@ -80,6 +81,14 @@ def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
     """Writes a state dict (as returned by :func:`state_dict`) to ``path``,
     atomically. Lets a caller take the state dict now (a cheap host
     snapshot) and write it later, e.g. from a background thread."""
+    return fileformat.drain(save_state_dict_steps(state, path, root_type=root_type))
+
+
+def save_state_dict_steps(state, path, *, root_type: str | None = None):
+    """:func:`save_state_dict` as a generator of steps, each a bounded piece
+    of the write, returning the path: any thread may advance it (a
+    background writer that falls behind is finished by the run's thread).
+    In a run of several processes the whole collective write is one step."""
     path = Path(path)
     meta = {
         **_library_versions(),
@@ -96,20 +105,43 @@ def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
         # asynchronous checkpoint and a direct save) cannot cross
         name = "save:" + hashlib.sha1(str(path).encode()).hexdigest()[:16]
         return write_file_together(path, state, meta, JaxCommunicator(name))
-    return fileformat.write_file(path, state, meta)
+    return (yield from fileformat.write_file_steps(path, state, meta))
+
+
+def check_storable(obj) -> None:
+    """Raises UnregisteredTypeError (naming the path) if ``obj`` holds a
+    value nkserde cannot store; reads no array (cheap on accelerators)."""
+    tree.to_state_dict(obj, check_only=True)
 
 
 def load(template, path):
     """A new object shaped like ``template`` (built the same way as the saved
     object) with every number read from ``path``. The template is not
     mutated. Raises FileNotFoundError, or an ``nkserde.errors`` exception
-    naming the file, the path inside the object, and what differs."""
+    naming the file, the path inside the object, and what differs.
+
+    ``path`` may also be a checkpoint written by :class:`nkserde.Checkpoint`
+    (the driver it holds is loaded), or a checkpoint directory: its newest
+    checkpoint that verifies is loaded (a directory of ``checkpointed(...)``
+    with one ``run-<i>`` subdirectory stands for that subdirectory)."""
     path = Path(path)
+    if path.is_dir():
+        path = directory.newest_verified(path)
     _, state = fileformat.read_file(path)
+    if _is_checkpoint(state) and not _is_checkpoint_template(template):
+        state = state["driver"]
     try:
         return tree.from_state_dict(template, state)
     except NkserdeError as exc:
         raise type(exc)(f"{path}: {exc}") from None
+
+
+def _is_checkpoint(state) -> bool:
+    return isinstance(state, dict) and TYPE not in state and {"driver", "completed_steps"} <= set(state)
+
+
+def _is_checkpoint_template(template) -> bool:
+    return isinstance(template, dict) and "driver" in template and "completed_steps" in template
 
 
 def load_state_dict(path) -> object:

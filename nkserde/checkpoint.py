@@ -13,10 +13,17 @@ stateful callback of the run, and sets ``step_count`` (and, through the
 integrator, ``t``). NetKet fixes the end of a run before ``on_run_start``,
 so the same ``run(...)`` call then does only the remaining steps.
 
-This module uses nkserde like a user does: ``save_state_dict``,
-``load_state_dict``, ``from_state_dict``, ``verify``. One checkpoint is one file ``step-<completed steps>.nks``; the
-directory also holds ``fingerprint.json`` (what defines the run) and, while
-a run is active, ``.lock``.
+A run that stops early is either *interrupted* (a signal, an error,
+``nk.callbacks.Timeout``, any callback that is not a convergence criterion):
+the same script resumes it and finishes the remaining steps; or it stopped
+*for good* (a convergence criterion: ``EarlyStopping``,
+``ConvergenceStopping``, the types in ``final_stops``; TDVP reaching its
+final time): the same script does nothing, and a larger ``n_iter`` (or
+``T``) continues it from where it stopped.
+
+This module uses nkserde like a user does: ``save_state_dict_steps``,
+``load_state_dict``, ``from_state_dict``, ``check_storable``. Directory
+layout: nkserde.directory.
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ import contextlib
 import datetime
 import hashlib
 import json
+import logging
 import os
-import re
 import signal
 import socket
 import sys
 import threading
+import time
 import warnings
 import weakref
 from pathlib import Path
@@ -42,24 +50,29 @@ import netket as nk
 import numpy as np
 from netket.utils import struct
 
-from . import api, registry
+from . import api, directory as ckpt_dir, fingerprint as run_fingerprint, registry
+from ._log import say
+from .background import BackgroundWrite
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
+from .netket.callbacks import stateful
 from .parts import map_arrays, primary
 
 RESUME_MODES = ("auto", "force", "never", "must")
-_STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
-_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+# Stops that end a run for good: convergence criteria. Any other stop (a
+# signal, Timeout, another callback) is an interruption the next run resumes.
+FINAL_STOPS = (nk.callbacks.EarlyStopping, nk.callbacks.ConvergenceStopping)
+try:  # the stop of NetKet's generic dynamics drivers at their final time
+    from netket._src.callbacks.stop_at_time import _StopAtTime
+
+    _REACHED_END: tuple = (_StopAtTime,)
+except ImportError:
+    _REACHED_END = ()
 
 
 def _stateful(callback) -> bool:
-    """Callbacks whose state nkserde stores: NetKet pytrees with fields
-    NetKet marks serializable (EarlyStopping, ConvergenceStopping, ...)."""
-    cls = type(callback)
-    if not isinstance(callback, struct.Pytree) or isinstance(callback, Checkpoint):
-        return False
-    skip = set(cls._pytree__noserialize_fields) | {"_pytree__node_fields"}
-    return any(f not in skip for f in cls._pytree__fields)
+    """Callbacks whose state nkserde stores (see nkserde.netket.callbacks)."""
+    return stateful(callback) and not isinstance(callback, Checkpoint)
 
 
 def _run_callbacks() -> tuple:
@@ -100,41 +113,8 @@ def _keyed(objects) -> dict:
     return keyed
 
 
-def fingerprint(driver) -> dict[str, str]:
-    """What defines a run, as readable strings: driver type, operator,
-    model and its hyperparameters, sampler and its settings, sample counts,
-    preconditioner/integrator settings, parameter shapes and dtypes."""
-    fp: dict[str, str] = {"driver": type(driver).__qualname__}
-    for attr in ("_ham", "_generator", "_lind", "operator"):
-        op = getattr(driver, attr, None)
-        if op is not None:
-            fp["operator"] = repr(op)
-            break
-    vs = driver.state
-    fp["variational_state"] = type(vs).__qualname__
-    fp["model"] = repr(vs.model)
-    if hasattr(vs, "sampler"):
-        fp["sampler"] = repr(vs.sampler)
-        fp["n_samples"] = repr(vs.n_samples)
-        fp["n_chains"] = repr(vs.sampler.n_chains)
-        fp["n_discard_per_chain"] = repr(vs.n_discard_per_chain)
-    for attr, key in (("_preconditioner", "preconditioner"), ("_optimizer", "optimizer")):
-        value = getattr(driver, attr, None)
-        if value is not None and not callable(getattr(value, "init", None)):
-            fp[key] = repr(value)
-    integrator = getattr(driver, "_integrator", None)
-    if integrator is not None:
-        fp["integrator"] = f"{type(integrator._solver).__name__} {integrator._parameters!r}"
-    leaves = jax.tree_util.tree_leaves_with_path(vs.parameters)
-    fp["parameters"] = "; ".join(
-        f"{jax.tree_util.keystr(p)}: {np.dtype(x.dtype).name}{list(np.shape(x))}" for p, x in leaves)
-    return {k: _ADDRESS.sub("", v) for k, v in fp.items()}
-
-
-def fingerprint_changes(old: dict, new: dict) -> list[str]:
-    keys = sorted(set(old) | set(new))
-    return [f"{k}: {old.get(k, '<absent>')} -> {new.get(k, '<absent>')}"
-            for k in keys if old.get(k) != new.get(k)]
+fingerprint = run_fingerprint.fingerprint
+fingerprint_changes = run_fingerprint.changes
 
 
 class _Lock:
@@ -226,15 +206,24 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         ``"must"`` (fail if there is nothing to resume).
       loggers: loggers whose history to checkpoint besides those of the run
         (loggers passed as ``out=`` are found automatically).
-      async_save: copy the state to host memory and write it from a
-        background thread; at most one write is in flight.
+      async_save: take a host snapshot of the state and write it from a
+        background thread at the lowest CPU priority; at most one write is
+        in flight, and the checkpoint of step k is on disk before step k+1
+        ends: if the thread has not finished by then (a busy node), the
+        run's thread writes the rest itself.
       signals: on these signals, finish the current step, checkpoint and
         stop the run cleanly (SLURM sends SIGTERM, or SIGUSR1 with
         ``--signal``).
+      final_stops: callback types whose StopRun ends the run for good
+        (convergence criteria); a StopRun of any other callback (e.g.
+        ``nk.callbacks.Timeout``) is an interruption that the next run of
+        the script resumes.
 
     After ``on_run_start``, ``resumed_from`` is the step the run resumed
     from, or None for a fresh start. After the run, ``interrupted`` names
-    the signal that stopped it (e.g. ``"SIGTERM"``), or is None.
+    what interrupted it (a signal, e.g. ``"SIGTERM"``, or the type of the
+    callback that stopped it, e.g. ``"Timeout"``), or is None when the run
+    reached its end or a final stop.
     """
 
     directory: Path = struct.field(pytree_node=False, serialize=False)
@@ -245,6 +234,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     loggers: tuple = struct.field(pytree_node=False, serialize=False)
     async_save: bool = struct.field(pytree_node=False, serialize=False)
     signals: tuple = struct.field(pytree_node=False, serialize=False)
+    final_stops: tuple = struct.field(pytree_node=False, serialize=False)
     resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
     interrupted: str | None = struct.field(pytree_node=False, serialize=False)
     _lock: Any = struct.field(pytree_node=False, serialize=False)
@@ -256,6 +246,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _previous_handlers: dict = struct.field(pytree_node=False, serialize=False)
     _writer: Any = struct.field(pytree_node=False, serialize=False)
     _write_error: Any = struct.field(pytree_node=False, serialize=False)
+    _write_lag: list = struct.field(pytree_node=False, serialize=False)
     _active: bool = struct.field(pytree_node=False, serialize=False)
     _dirty_step: int | None = struct.field(pytree_node=False, serialize=False)
     _nothing_to_do: bool = struct.field(pytree_node=False, serialize=False)
@@ -264,7 +255,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
-                 signals=(signal.SIGTERM, signal.SIGUSR1)):
+                 signals=(signal.SIGTERM, signal.SIGUSR1), final_stops=FINAL_STOPS):
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
         if every < 1 or keep < 1:
@@ -275,6 +266,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.loggers = tuple(loggers)
         self.async_save = bool(async_save)
         self.signals = tuple(signals)
+        self.final_stops = tuple(final_stops)
         self.resumed_from = None
         self.interrupted = None
         self._lock = _Lock(self.directory)
@@ -282,6 +274,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._completed, self._last_saved = 0, None
         self._signal_received, self._previous_handlers = None, {}
         self._writer, self._write_error = None, None
+        self._write_lag = []  # (steps the run went on, seconds) from snapshot to file, per background write
         self._active = False
         self._dirty_step = None  # the step whose update has begun, until it completes
         self._nothing_to_do = False  # resumed the final checkpoint of a stopped run
@@ -299,23 +292,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def steps(self) -> list[int]:
         """Steps that have a checkpoint file, oldest first."""
-        if not self.directory.is_dir():
-            return []
-        found = (_STEP_FILE.match(p.name) for p in self.directory.iterdir())
-        return sorted(int(m.group(1)) for m in found if m)
+        return ckpt_dir.steps(self.directory)
 
     def path(self, step: int) -> Path:
-        return self.directory / f"step-{step:010d}.nks"
+        return ckpt_dir.step_path(self.directory, step)
 
     def latest(self) -> Path | None:
         """Path of the newest checkpoint that verifies, or None."""
-        for step in reversed(self.steps()):
-            try:
-                api.verify(self.path(step))
-                return self.path(step)
-            except (CorruptFileError, UnsupportedVersionError, OSError):
-                continue
-        return None
+        return ckpt_dir.latest(self.directory)
 
     def _retain(self, newest: int):
         steps = [s for s in self.steps() if s <= newest]
@@ -349,6 +333,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._interrupt_pending = False
             self._nothing_to_do = False
             self._start(driver)
+            self._check_storable(driver)
             # nothing of this run to save until it completes a step
             self._completed = self._last_saved = driver.step_count
             self._install_signal_handlers()
@@ -359,6 +344,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def before_parameter_update(self, step, log_data, driver):
         self._dirty_step = driver.step_count
+
+    def on_step_end(self, step, log_data, driver):
+        # The checkpoint taken at this step's start must be on disk before
+        # the step ends: a background write that lags (a busy node starves
+        # its low-priority thread) is finished here, at the run's priority.
+        self._finish_write(lagging=True)
 
     def on_step_start(self, step, log_data, driver):
         if not self._active:
@@ -392,17 +383,27 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if not self._active:
             return
         try:
-            # A StopRun raised in on_step_end (EarlyStopping, TDVP's step that
-            # reports its final time) ends the run after that step's update and
-            # before NetKet counts it. NetKet's count is kept, and the
-            # checkpoint says the run stopped there, so a rerun of the same
-            # script stops too instead of doing that step again.
-            # (after a normal last step NetKet has counted it already)
-            stopped = self._dirty_step is not None and self._dirty_step == driver.step_count
+            # A StopRun raised in on_step_end ends the run after that step's
+            # update and before NetKet counts it. (After a normal last step,
+            # or a StopRun at a step's start, NetKet has counted every step.)
+            stop = sys.exc_info()[1]  # NetKet calls on_run_end while handling it
+            after_update = self._dirty_step is not None and self._dirty_step == driver.step_count
+            final, raiser = self._classify_stop(stop)
+            stopped = after_update and final
             self._completed = driver.step_count
+            if after_update and not final:
+                # An interruption (Timeout, ...): the step is complete but for
+                # NetKet's count; the next run continues with the step after it.
+                self._completed += 1
+                self.interrupted = self.interrupted or raiser
             if self._last_saved != self._completed or stopped:
+                # a final stop keeps NetKet's count, and the checkpoint says
+                # the run stopped there, so a rerun of the same script stops too
                 self._save(driver, asynchronous=False, stopped=stopped)
             self.wait()
+            if self.interrupted:
+                say(f"{self.directory}: interrupted by {self.interrupted} after step {self._completed}; "
+                    "running the same script again resumes from there")
         finally:
             self._finish()
         if self._interrupt_pending:  # Ctrl-C during the last step: saved, now raise it
@@ -437,6 +438,25 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         finally:
             self._finish(raise_write_error=False)
 
+    def _classify_stop(self, stop) -> tuple[bool, str | None]:
+        """(is it final, the name of what raised it) for the StopRun being
+        handled (None: the run reached its end)."""
+        if not isinstance(stop, nk.callbacks.StopRun):
+            return True, None
+        if isinstance(stop, nk.callbacks.RunFinished):  # the run reached its end (TDVP)
+            return True, None
+        raiser, tb = None, stop.__traceback__
+        while tb is not None:  # the innermost callback on the stack raised it
+            owner = tb.tb_frame.f_locals.get("self")
+            if isinstance(owner, nk.callbacks.AbstractCallback):
+                raiser = owner
+            tb = tb.tb_next
+        if isinstance(raiser, _REACHED_END):
+            return True, None
+        if isinstance(raiser, self.final_stops):
+            return True, type(raiser).__name__
+        return False, type(raiser).__name__ if raiser is not None else "StopRun"
+
     # ----------------------------------------------------------------- resume
 
     def _payload(self, driver, completed: int, stopped: bool = False) -> dict:
@@ -444,6 +464,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             "driver": driver,
             "completed_steps": completed,
             "stopped": stopped,
+            # the end the run was going to (a final stop is continued by a
+            # rerun that asks for more)
+            "target": _target(driver),
             # process 0's record: loggers write there only, timers start
             # at slightly different times on each process
             "loggers": primary(_keyed(self._run_loggers)),
@@ -467,8 +490,21 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         except NkserdeError as exc:
             raise type(exc)(f"{path}: {exc}") from None
         self.resumed_from = driver.step_count
-        t_end = getattr(driver, "_t_end", None)  # TDVP: a longer run continues
-        self._nothing_to_do = bool(state.get("stopped")) and (t_end is None or driver.t >= t_end)
+        self._nothing_to_do = bool(state.get("stopped")) and not _asks_for_more(driver, state.get("target"))
+        if self._nothing_to_do:
+            say(f"{self.directory}: the run already stopped for good at step {driver.step_count} "
+                f"({path.name}): nothing to do; ask for more steps (n_iter, T) to continue it")
+        else:
+            say(f"{self.directory}: resumed {type(driver).__name__} from step {driver.step_count} "
+                f"({path.name})")
+
+    def _check_storable(self, driver):
+        """Fails now, not at the first checkpoint ``every`` steps in, if
+        something in the run cannot be stored."""
+        try:
+            api.check_storable(self._payload(driver, driver.step_count))
+        except NkserdeError as exc:
+            raise type(exc)(f"{self.directory}: this run cannot be checkpointed: {exc}") from None
 
     def _choose(self, current: dict) -> str | None:
         """Process 0: takes the lock, checks the fingerprint, returns the
@@ -483,6 +519,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if self.resume == "must":
                 raise NkserdeError(f"{self.directory}: resume='must' but there is no checkpoint to resume")
             self._write_fingerprint(current)
+            say(f"{self.directory}: no checkpoint, starting fresh (a checkpoint every {self.every} steps)")
             return None
         if fp_path.exists():
             saved = json.loads(fp_path.read_text())
@@ -492,15 +529,21 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                     f"{self.directory}: the run differs from the one that wrote these checkpoints "
                     "(use resume='force' to load anyway, or resume='never' to start fresh):\n  "
                     + "\n  ".join(changes))
+            if changes:
+                say(f"{self.directory}: resume='force': resuming despite {len(changes)} changes; "
+                    "the new settings apply", logging.WARNING)
+            if not run_fingerprint.comparable(saved):
+                say(f"{self.directory}: fingerprint.json was written by an older nkserde; not compared")
         for step in reversed(existing):
             path = self.path(step)
             try:
                 # read whole (and kept for this process's restore): verified
                 self._candidate = (path, api.load_state_dict(path))
-            except (CorruptFileError, UnsupportedVersionError) as exc:
+            except (CorruptFileError, UnsupportedVersionError, OSError) as exc:
                 warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
                 continue
-            if self.resume == "force":
+            if self.resume == "force" or not run_fingerprint.comparable(json.loads(fp_path.read_text())
+                                                                      if fp_path.exists() else {}):
                 self._write_fingerprint(current)
             return str(path)
         if self.resume == "must":
@@ -565,7 +608,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         target = self.directory / f"previous-{stamp}"
         target.mkdir()
         for p in self.directory.iterdir():
-            if _STEP_FILE.match(p.name) or p.name == "fingerprint.json":
+            if ckpt_dir.STEP_FILE.match(p.name) or p.name == "fingerprint.json":
                 p.rename(target / p.name)
 
     # ------------------------------------------------------------------- save
@@ -575,43 +618,44 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._raise_write_error()
         state = api.state_dict(self._payload(driver, completed, stopped))
         path = self.path(completed)
-        if not asynchronous:
-            self.wait()
-            self._write(state, path, completed)
-            self._raise_write_error()
-        else:
+        if asynchronous:
             state = _host_copy(state)
-            self.wait()  # at most one write in flight
-            self._writer = threading.Thread(
-                target=self._write_in_background, args=(state, path, completed),
-                name="nkserde-checkpoint", daemon=True)
+        self.wait()  # at most one write in flight
+        writer = BackgroundWrite(self._write_steps(state, path, completed), name="nkserde-checkpoint")
+        writer.snapshot = (completed, time.monotonic())
+        self._writer = writer
+        if asynchronous:
             _PENDING.add(self)
-            self._writer.start()
+            writer.start()
+        else:
+            self.wait()
+            self._raise_write_error()
         self._last_saved = completed
 
-    def _write_in_background(self, state, path, completed):
-        # Lowest CPU priority for this thread (Linux: per-thread nice): on a
-        # machine whose cores the run's compute keeps busy, the write should
-        # take what the run leaves, not slow its steps down.
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        self._write(state, path, completed)
-
-    def _write(self, state, path, completed):
-        try:
-            api.save_state_dict(state, path, root_type="checkpoint")  # by every process together
-            if jax.process_index() == 0:  # directory upkeep is process 0's
-                api.verify(path)  # only a verified checkpoint may retire older ones
-                self._retain(completed)
-        except Exception as exc:  # re-raised in the run's thread (Ctrl-C propagates as is)
-            self._write_error = exc
+    def _write_steps(self, state, path, completed):
+        """The steps of writing one checkpoint (see BackgroundWrite)."""
+        yield from api.save_state_dict_steps(state, path, root_type="checkpoint")  # every process together
+        if jax.process_index() == 0:  # directory upkeep is process 0's
+            api.verify(path)  # only a verified checkpoint may retire older ones
+            self._retain(completed)
 
     def wait(self):
-        """Blocks until the background write (if any) has finished."""
+        """Blocks until the write in flight (if any) has finished; whatever
+        the background thread has not done yet, this thread does."""
+        self._finish_write(lagging=False)
+
+    def _finish_write(self, lagging: bool):
         writer = self._writer
-        if writer is not None:
-            writer.join()
-            self._writer = None
+        if writer is None:
+            return
+        if not writer.done:
+            writer.finish()
+        self._writer = None
+        if writer.error is not None:
+            self._write_error = writer.error
+        if lagging or writer.steps_in_background:
+            step, started = writer.snapshot
+            self._write_lag.append((writer.steps_in_caller, writer.finished_at - started))
 
     def _raise_write_error(self):
         if self._write_error is not None:
@@ -653,6 +697,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def _finish(self, raise_write_error=True):
         self._active = False
+        if self._write_error is not None and not raise_write_error:
+            say(f"{self.directory}: writing a checkpoint failed: {self._write_error}", logging.WARNING)
         if threading.current_thread() is threading.main_thread():
             for signum, previous in self._previous_handlers.items():
                 signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
@@ -699,45 +745,74 @@ def _assign(live, restored, skip=()):
             object.__setattr__(live, name, value)
 
 
-class CheckpointedDriver:
-    """A driver whose every ``run`` checkpoints and resumes (see
-    :func:`checkpointed`). Everything else is the wrapped driver's."""
-
-    def __init__(self, driver, directory, options: dict):
-        object.__setattr__(self, "_driver", driver)
-        object.__setattr__(self, "_directory", Path(directory))
-        object.__setattr__(self, "_options", options)
-        object.__setattr__(self, "_run_calls", 0)
-        object.__setattr__(self, "last_checkpoint", None)
-
-    def run(self, *args, callback=None, **kwargs):
-        # One subdirectory per run() call of the script: a script that runs
-        # twice (say, a warm-up then the production run) resumes each call
-        # from its own checkpoints.
-        index = self._run_calls
-        object.__setattr__(self, "_run_calls", index + 1)
-        ckpt = Checkpoint(self._directory / f"run-{index}", **self._options)
-        object.__setattr__(self, "last_checkpoint", ckpt)
-        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
-        return self._driver.run(*args, callback=[*callbacks, ckpt], **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self._driver, name)
-
-    def __setattr__(self, name, value):
-        setattr(self._driver, name, value)
-
-    def __repr__(self):
-        return f"checkpointed({self._driver!r}, {str(self._directory)!r})"
+def _target(driver):
+    """Where the current run() call ends: TDVP's final time, else the step."""
+    t_end = getattr(driver, "_t_end", None)
+    return float(t_end) if t_end is not None else getattr(driver, "_target_step", None)
 
 
-def checkpointed(driver, directory, **options) -> CheckpointedDriver:
-    """The driver, with every later ``run`` checkpointed and resumed in
-    ``directory``; the loggers of each run (including the JsonLog NetKet
+def _asks_for_more(driver, saved_target) -> bool:
+    """Whether this run() call goes beyond the end of the one that stopped
+    for good (a larger n_iter, a longer T)."""
+    t_end = getattr(driver, "_t_end", None)
+    if t_end is not None:  # TDVP
+        return bool(driver.t < t_end)
+    if saved_target is None:  # written before targets were recorded
+        return False
+    return driver._target_step > saved_target
+
+
+# run() calls made so far in this process per checkpointed(...) directory
+_RUN_CALLS: dict[str, int] = {}
+
+
+def reset_run_numbering() -> None:
+    """Numbers the next ``run()`` calls of checkpointed drivers from
+    ``run-0`` again, as in a new process: for tests and notebooks that
+    restart a script within one Python process."""
+    _RUN_CALLS.clear()
+
+
+def checkpointed(driver, directory, **options):
+    """The driver itself, with every later ``run`` checkpointed and resumed
+    in ``directory``; the loggers of each run (including the JsonLog NetKet
     makes from ``out="prefix"``) are checkpointed and resumed too. Options
     are those of :class:`Checkpoint`.
 
         gs = nkserde.checkpointed(gs, "ckpt", every=50)
         gs.run(n_iter=1000, out="test")
+
+    Each ``run()`` call on ``directory`` in the process gets its own
+    subdirectory ``run-<i>``, numbered in call order whichever driver makes
+    it: a script that runs a ground state and then a quench, both
+    checkpointed into one directory, resumes each from its own checkpoints.
+
+    The driver keeps its type (``isinstance(gs, nk.driver.VMC)``) and can be
+    saved with ``nkserde.save``; ``gs.last_checkpoint`` is the Checkpoint of
+    its latest ``run``.
     """
-    return CheckpointedDriver(driver, directory, options)
+    base = type(driver)
+    if base.__dict__.get("_nkserde_wrapper", False):
+        raise ValueError(f"{driver!r:.80} is already checkpointed")
+    Checkpoint(Path(directory), **options)  # checks the options now
+    directory = Path(directory)
+
+    def run(self, *args, callback=None, **kwargs):
+        key = str(directory.resolve())
+        index = _RUN_CALLS.get(key, 0)
+        _RUN_CALLS[key] = index + 1
+        ckpt = Checkpoint(directory / f"run-{index}", **options)
+        type(self).last_checkpoint = ckpt
+        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) \
+            else [callback]
+        return base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
+
+    run.__doc__ = base.run.__doc__
+    # A subclass made for this driver alone: it stays a VMC (TDVP, ...) for
+    # isinstance, NetKet and nkserde, and only run() differs.
+    wrapper = type(base.__name__, (base,), {
+        "run": run, "last_checkpoint": None, "checkpoint_directory": directory,
+        "_nkserde_wrapper": True, "__module__": base.__module__, "__qualname__": base.__qualname__,
+        "__doc__": base.__doc__})
+    driver.__class__ = wrapper
+    return driver

@@ -51,6 +51,11 @@ class Registration:
         lists, numpy arrays and scalars, whatever the template holds there:
         for data whose structure grows during a run (a logger's history),
         where the template is empty by nature.
+      dtype_from_file: fields whose floating-point arrays keep the file's
+        dtype where the template's differs only in precision: state whose
+        dtype the run itself changes (flax creates BatchNorm statistics as
+        float32, a NetKet step makes them float64), so a freshly built
+        template cannot know it.
     """
 
     name: str
@@ -59,6 +64,7 @@ class Registration:
     from_state: FromState
     doc: str = ""
     free_fields: frozenset = frozenset()
+    dtype_from_file: frozenset = frozenset()
 
 
 _BY_TYPE: dict[type, Registration] = {}
@@ -72,7 +78,7 @@ _RULE_CACHE: dict[type, Any] = {}
 
 def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
              from_state: FromState, subclasses: bool = False, doc: str = "",
-             free_fields=()) -> Registration:
+             free_fields=(), dtype_from_file=()) -> Registration:
     """Registers ``cls`` (and, with ``subclasses=True``, its subclasses that
     have no registration of their own). Re-registering a type replaces it.
     Returns the Registration."""
@@ -84,7 +90,8 @@ def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
     owner = next((t for t, r in _BY_TYPE.items() if r is other), None)
     if other is not None and owner is not None and owner is not cls:
         raise ValueError(f"name {name!r} is already registered for {owner.__qualname__}")
-    reg = Registration(name, version, to_state, from_state, doc, frozenset(free_fields))
+    reg = Registration(name, version, to_state, from_state, doc, frozenset(free_fields),
+                       frozenset(dtype_from_file))
     _BY_TYPE[cls] = reg
     _BY_NAME[name] = reg
     if subclasses and cls not in _SUBCLASS_TYPES:

@@ -10,6 +10,7 @@ decides the structure and the types, the state dict provides the numbers.
 
 from __future__ import annotations
 
+import contextvars
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,9 @@ from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .parts import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 
 TYPE, VERSION = "@type", "@version"
+# Set while restoring a registration's ``dtype_from_file`` fields.
+_DTYPE_FROM_FILE = contextvars.ContextVar("nkserde_dtype_from_file", default=False)
+_CHECK_ONLY = contextvars.ContextVar("nkserde_check_only", default=False)
 _SCALARS = (bool, int, float, complex, str, bytes)
 
 
@@ -52,9 +56,17 @@ def _full_index(index, shape):
 # --------------------------------------------------------------------------- save
 
 
-def to_state_dict(obj, path=()) -> Any:
+def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     """The state dict of ``obj``; raises UnregisteredTypeError naming the path
-    of the first value nkserde does not know how to store."""
+    of the first value nkserde does not know how to store. ``check_only``:
+    only check that it can be stored (JAX arrays are not read: the result
+    holds None in their place)."""
+    if check_only:
+        token = _CHECK_ONLY.set(True)
+        try:
+            return to_state_dict(obj, path)
+        finally:
+            _CHECK_ONLY.reset(token)
     if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
         return obj
     if isinstance(obj, np.ndarray):
@@ -66,7 +78,7 @@ def to_state_dict(obj, path=()) -> Any:
     if isinstance(obj, jax.Array):
         if _is_key_array(obj):
             return _node(KEY_REGISTRATION, obj, path)
-        return _host_array(obj)
+        return None if _CHECK_ONLY.get() else _host_array(obj)
     reg = registry.lookup(type(obj))
     if reg is not None:
         return _node(reg, obj, path)
@@ -199,11 +211,18 @@ def _restore_node(reg: registry.Registration, template, state, path):
     template_fields = reg.to_state(template)
     keys = {_key(k, path): k for k in template_fields}
     _check_keys(path, fields, keys, template)
-    restored = {
-        k: _untemplated(fields[s], path + (s,), to_jax=False) if s in reg.free_fields
-        else from_state_dict(template_fields[k], fields[s], path + (s,))
-        for s, k in keys.items()
-    }
+    restored = {}
+    for s, k in keys.items():
+        if s in reg.free_fields:
+            restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
+        elif s in reg.dtype_from_file:
+            token = _DTYPE_FROM_FILE.set(True)
+            try:
+                restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
+            finally:
+                _DTYPE_FROM_FILE.reset(token)
+        else:
+            restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
     return reg.from_state(template, restored)
 
 
@@ -264,6 +283,8 @@ def _restore_array(template, state, path):
             raise mismatch(path, state, template)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
+    if state.shape == t_shape and _DTYPE_FROM_FILE.get() and _precision_only(state.dtype, t_dtype):
+        t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
         raise mismatch(path, state, template)
     if state.dtype != t_dtype:
@@ -273,6 +294,14 @@ def _restore_array(template, state, path):
     if isinstance(template, np.generic):
         return state[()]
     return to_device(state, template)
+
+
+def _precision_only(a: np.dtype, b: np.dtype) -> bool:
+    """Both floating point (or both complex), of different precision."""
+    for kind in (jax.numpy.floating, jax.numpy.complexfloating):
+        if jax.numpy.issubdtype(a, kind) and jax.numpy.issubdtype(b, kind):
+            return True
+    return False
 
 
 def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:

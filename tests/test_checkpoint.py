@@ -223,6 +223,7 @@ def test_checkpointed_driver_resumes_netkets_own_jsonlog(tmp_path):
     first = nkserde.checkpointed(B.vmc(), tmp_path / "b", every=2)
     with pytest.raises(RuntimeError):
         first.run(N_STEPS, out=prefix, show_progress=False, callback=CrashAt(5))
+    nkserde.checkpoint.reset_run_numbering()  # the script starts again
     second = nkserde.checkpointed(B.vmc(), tmp_path / "b", every=2)
     second.run(N_STEPS, out=prefix, show_progress=False)
     assert second.last_checkpoint.resumed_from == 5

@@ -21,6 +21,7 @@ A reader reads the fixed-size trailer, then the header, then the arrays.
 
 from .layout import FORMAT_VERSION, MAGIC
 from .reader import read_file, read_header
-from .writer import write_file
+from .writer import drain, write_file, write_file_steps
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "read_file", "read_header", "write_file"]
+__all__ = ["FORMAT_VERSION", "MAGIC", "drain", "read_file", "read_header", "write_file",
+           "write_file_steps"]

@@ -68,18 +68,22 @@ def _dtype(array, path=()) -> str:
     return name
 
 
-def _stream_array(f, array: np.ndarray, position: int, digest: int | None = None) -> tuple[dict, int]:
+def _stream_array_steps(f, array: np.ndarray, position: int, digest: int | None = None):
     """Writes ``array`` at the next aligned offset after ``position``,
-    choosing its codec. ``digest``: the array bytes' checksum if already
-    known (used if it is stored raw). Returns its storage entry and the new
-    position."""
+    choosing its codec, yielding after every ``codecs.CHUNK`` bytes of a raw
+    array (another thread may take over the write there, see
+    :func:`write_file_steps`). ``digest``: the array bytes' checksum if
+    already known (used if it is stored raw). Returns its storage entry and
+    the new position."""
     start = aligned_offset(position)
     f.write(_ZEROS[: start - position])
     data = _bytes_of(array)
     codec, frame = codecs.choose_codec(data)
     if codec == codecs.RAW:
         digest = checksum(data) if digest is None else digest
-        f.write(data)
+        for chunk in range(0, data.nbytes, codecs.CHUNK):
+            f.write(data[chunk : chunk + codecs.CHUNK])
+            yield
         stored = data.nbytes
     elif frame is not None:
         digest = checksum(frame)
@@ -91,6 +95,19 @@ def _stream_array(f, array: np.ndarray, position: int, digest: int | None = None
         digest = hasher.intdigest()
     entry = {"offset": start, "stored": stored, "codec": codec, "checksum": digest}
     return entry, start + stored
+
+
+def _stream_array(f, array: np.ndarray, position: int, digest: int | None = None) -> tuple[dict, int]:
+    return drain(_stream_array_steps(f, array, position, digest))
+
+
+def drain(steps):
+    """Runs a generator of steps to its end; returns its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 def _finish(f, position: int, encoded, index, meta) -> None:
@@ -109,6 +126,16 @@ def write_file(path, tree, meta: dict) -> Path:
     Extra memory: at most one non-contiguous array's copy and one compression
     chunk at a time; contiguous numpy arrays are written from their buffers.
     """
+    return drain(write_file_steps(path, tree, meta))
+
+
+def write_file_steps(path, tree, meta: dict):
+    """:func:`write_file` as a generator that yields between pieces of work
+    (at most ``codecs.CHUNK`` bytes each) and returns the path. Whichever
+    thread advances it does the next piece: a background writer can be
+    finished by the run's own thread when it falls behind. A generator
+    closed before its end leaves ``path`` untouched (the temporary file is
+    removed)."""
     path = Path(path)
     arrays: list[np.ndarray] = []
     encoded = tree_codec.encode(tree, arrays)
@@ -120,9 +147,10 @@ def write_file(path, tree, meta: dict) -> Path:
             if isinstance(array, GlobalArray):
                 raise TypeError("an array spread over processes needs write_file_together")
             name = _dtype(array)
-            entry, position = _stream_array(f, array, position)
+            entry, position = yield from _stream_array_steps(f, array, position)
             index.append({"dtype": name, "shape": list(array.shape),
                           "nbytes": array.nbytes, **entry})
+            yield
         _finish(f, position, encoded, index, meta)
     return path
 

@@ -5,4 +5,5 @@ rebuild an object from its template. They know nothing about files.
 The on-disk schema of each type is documented in ``docs/schema.md``.
 """
 
-from . import pytrees, optimizers, samplers, vqs, dynamics, drivers, loggers  # noqa: F401  (registration side effects)
+# callbacks adds its rule before the generic pytree rule, so it is consulted first
+from . import callbacks, pytrees, configuration, optimizers, samplers, vqs, dynamics, drivers, loggers  # noqa: F401  (registration side effects)

@@ -9,7 +9,7 @@ from .. import registry
 
 def register_attributes(cls, name: str, fields: dict[str, str], *, version: int = 1,
                         doc: str = "", subclasses: bool = False, immutable: bool = False,
-                        adjust=None):
+                        adjust=None, dtype_from_file=()):
     """Registers ``cls`` as a record of attributes: ``fields`` maps the
     nkserde field name to the attribute that holds it.
 
@@ -34,4 +34,12 @@ def register_attributes(cls, name: str, fields: dict[str, str], *, version: int 
         return new
 
     return registry.register(cls, name=name, version=version, to_state=to_state,
-                             from_state=from_state, doc=doc, subclasses=subclasses)
+                             from_state=from_state, doc=doc, subclasses=subclasses,
+                             dtype_from_file=dtype_from_file)
+
+
+def pytree_fields(cls) -> tuple[str, ...]:
+    """The fields of a NetKet ``struct.Pytree`` class that NetKet marks
+    serializable."""
+    skip = set(cls._pytree__noserialize_fields) | {"_pytree__node_fields"}
+    return tuple(f for f in cls._pytree__fields if f not in skip)

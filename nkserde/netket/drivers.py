@@ -13,7 +13,14 @@ import copy
 import netket as nk
 import netket.experimental as nkx
 
-from ._common import register_attributes
+from ._common import register_attributes as _register_attributes
+
+
+def register_attributes(*args, **kwargs):
+    # optax states can change dtype during a run (inject_hyperparams with
+    # parameters of mixed dtypes): a fresh template cannot know the new one
+    return _register_attributes(*args, dtype_from_file=("optimizer_state",), **kwargs)
+
 
 _COMMON = {
     "state": "_variational_state",

@@ -31,14 +31,17 @@ def _integrator_to_state(integrator: Integrator) -> dict:
 
 
 def _integrator_from_state(template: Integrator, fields: dict) -> Integrator:
-    new = template.replace(
-        _state=template._state.replace(**{attr: fields[key] for key, attr in _STATE.items()}))
-    return new
+    values = {attr: fields[key] for key, attr in _STATE.items()}
+    if not template.use_adaptive:
+        # a fixed step size is configuration: the template's
+        values["dt"] = template._state.dt
+    return template.replace(_state=template._state.replace(**values))
 
 
 registry.register(
     Integrator, name="netket.experimental.dynamics.Integrator", version=1,
     to_state=_integrator_to_state, from_state=_integrator_from_state, subclasses=True,
-    doc="t: KahanSum{value, compensator}; dt: float64 scalar; y: parameter pytree; "
+    doc="t: KahanSum{value, compensator}; dt: float64 scalar (adaptive integrators: the "
+        "adapted step, restored; fixed-step ones: the template's is kept); y: parameter pytree; "
         "step_no, step_no_total: int; last_norm, last_scaled_error: float or None; "
         "solver_state: solver pytree; flags: int (IntegratorFlags)")

@@ -16,16 +16,12 @@ import dataclasses
 from netket.utils.struct import Pytree
 
 from .. import registry
-
-
-def _pytree_fields(cls) -> tuple[str, ...]:
-    skip = set(cls._pytree__noserialize_fields) | {"_pytree__node_fields"}
-    return tuple(f for f in cls._pytree__fields if f not in skip)
+from ._common import pytree_fields
 
 
 def _netket_pytree_rule(cls):
     if isinstance(cls, type) and issubclass(cls, Pytree):
-        fields = _pytree_fields(cls)
+        fields = pytree_fields(cls)
     elif dataclasses.is_dataclass(cls) and cls.__module__.startswith("netket"):
         fields = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True))
     else:

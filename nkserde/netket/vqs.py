@@ -49,23 +49,25 @@ def _mc_to_state(vs: nk.vqs.MCState) -> dict:
 
 
 def _mc_from_state(template: nk.vqs.MCState, f: dict) -> nk.vqs.MCState:
+    # State from the file; configuration (n_samples, n_discard_per_chain,
+    # chunk_size, sampler, model) from the template: the stored settings
+    # only say what the run that wrote the file used.
     new = copy.copy(template)
     new.reset()
     new.variables = _join_variables(f["parameters"], f["model_state"])
     new.sampler_state = f["sampler_state"]
     new._sampler_state_previous = f["sampler_state"]
     new._sampler_seed = f["sampler_seed"]
-    new.n_samples = f["n_samples"]
-    new.n_discard_per_chain = f["n_discard_per_chain"]
-    new.chunk_size = f["chunk_size"]
     return new
 
 
 registry.register(
     nk.vqs.MCState, name="netket.vqs.MCState", version=1,
     to_state=_mc_to_state, from_state=_mc_from_state, subclasses=True,
+    dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; sampler_state; "
-        "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None")
+        "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None "
+        "(the last three record the writing run's settings; a load keeps the template's)")
 
 
 # MCMixedState -----------------------------------------------------------------
@@ -94,6 +96,7 @@ def _mixed_from_state(template: nk.vqs.MCMixedState, f: dict) -> nk.vqs.MCMixedS
 registry.register(
     nk.vqs.MCMixedState, name="netket.vqs.MCMixedState", version=1,
     to_state=_mixed_to_state, from_state=_mixed_from_state, subclasses=True,
+    dtype_from_file=("model_state",),
     doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)")
 
 
@@ -109,11 +112,12 @@ def _fullsum_from_state(template: nk.vqs.FullSumState, f: dict) -> nk.vqs.FullSu
     new = copy.copy(template)
     new.reset()
     new.variables = _join_variables(f["parameters"], f["model_state"])
-    new.chunk_size = f["chunk_size"]
-    return new
+    return new  # chunk_size: the template's (see _mc_from_state)
 
 
 registry.register(
     nk.vqs.FullSumState, name="netket.vqs.FullSumState", version=1,
     to_state=_fullsum_to_state, from_state=_fullsum_from_state, subclasses=True,
-    doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None")
+    dtype_from_file=("model_state",),
+    doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None "
+        "(the writing run's; a load keeps the template's)")

@@ -1,0 +1,91 @@
+"""A write that runs in the background and that the caller can finish.
+
+:class:`BackgroundWrite` advances a generator of write steps (see
+``api.save_state_dict_steps``: each step is at most a few MiB of I/O) from a
+thread at the lowest CPU priority, so on a quiet machine it uses only what
+the run leaves idle. On a busy node that thread can starve; then
+:meth:`BackgroundWrite.finish` lets the calling thread (the run's own, at its
+normal priority) do the steps that are left. One step runs at a time, under
+a lock, whichever thread runs it: a generator is a resumable frame any
+thread may advance.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+
+
+class BackgroundWrite:
+    """Runs ``steps`` (a generator) to its end in a background thread once
+    started; :meth:`finish` without :meth:`start` writes synchronously.
+
+    Attributes after the end: ``error`` (the exception a step raised, or
+    None), ``finished_at`` (``time.monotonic()`` of the last step)."""
+
+    def __init__(self, steps, name: str = "nkserde-write"):
+        self._steps = steps
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.error: Exception | None = None
+        self.finished_at: float | None = None
+        self.steps_in_background = 0
+        self.steps_in_caller = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> BackgroundWrite:
+        self._thread.start()
+        return self
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def finish(self) -> None:
+        """Does whatever is left of the write in the calling thread, then
+        returns once it is complete (``error`` says how it ended). A
+        KeyboardInterrupt in a step ends the write (the file is not
+        published) and propagates."""
+        while self._advance(in_caller=True):
+            pass
+        if self._thread.ident is not None:  # started
+            self._thread.join()
+
+    def _run(self):
+        # Lowest priority for this thread only (Linux: per-thread nice): a
+        # write should take what the run leaves, not slow its steps down.
+        # Irreversible for an unprivileged process, hence finish().
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while self._advance(in_caller=False):
+            pass
+
+    def _advance(self, in_caller: bool) -> bool:
+        """Runs one step; False once the write has ended."""
+        with self._lock:
+            if self._done.is_set():
+                return False
+            try:
+                next(self._steps)
+            except StopIteration:
+                self._end()
+                return False
+            except Exception as exc:  # noqa: BLE001  (reported through error)
+                self.error = exc
+                self._end()
+                return False
+            except BaseException:
+                self._steps.close()
+                self._end()
+                raise
+            if in_caller:
+                self.steps_in_caller += 1
+            else:
+                self.steps_in_background += 1
+            return True
+
+    def _end(self):
+        self.finished_at = time.monotonic()
+        self._done.set()

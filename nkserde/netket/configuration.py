@@ -1,0 +1,42 @@
+"""Configuration that NetKet places inside state pytrees: operators,
+observables, Hilbert spaces, graphs, samplers, symmetry groups.
+
+They are what the script builds, never what a run changes, so they come from
+the template: the file records only their kind (a node with no fields) and a
+load keeps the template's object. NetKet's own Infidelity example, for one,
+builds a target state whose model state holds an ``IsingJax`` operator.
+"""
+
+from __future__ import annotations
+
+import netket as nk
+from netket.utils.group import FiniteGroup
+
+from .. import registry
+
+# operators and every other observable (NetKet keeps their common base private)
+_OBSERVABLE = next((c for c in nk.operator.AbstractOperator.__mro__ if c.__name__ == "AbstractObservable"),
+                   nk.operator.AbstractOperator)
+
+_KINDS = {
+    _OBSERVABLE: "netket.operator",
+    nk.hilbert.AbstractHilbert: "netket.hilbert",
+    nk.graph.AbstractGraph: "netket.graph",
+    nk.sampler.Sampler: "netket.sampler",
+    FiniteGroup: "netket.symmetry_group",
+}
+
+
+def _nothing(obj) -> dict:
+    return {}
+
+
+def _the_template(template, fields):
+    return template
+
+
+for _cls, _name in _KINDS.items():
+    registry.register(
+        _cls, name=_name, version=1, to_state=_nothing, from_state=_the_template,
+        subclasses=True,
+        doc="no fields: configuration, taken from the template on load")
