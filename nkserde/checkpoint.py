@@ -393,8 +393,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._completed = driver.step_count
             if after_update and not final:
                 # An interruption (Timeout, ...): the step is complete but for
-                # NetKet's count; the next run continues with the step after it.
+                # NetKet's count; count it (the driver the script holds says
+                # so too) and the next run continues with the step after it.
                 self._completed += 1
+                driver._step_count = self._completed
                 self.interrupted = self.interrupted or raiser
             if self._last_saved != self._completed or stopped:
                 # a final stop keeps NetKet's count, and the checkpoint says

@@ -394,3 +394,21 @@ def test_rerun_after_the_end_changes_nothing(driver, runner, reference, tmp_path
         problems.append(f"checkpoints {files} became {now}")
     problems += end_differences(tmp_path, ref)
     assert not problems, "\n".join(problems)
+
+
+def test_background_checkpoint_is_on_disk_before_the_next_step_ends_on_a_busy_node(runner, tmp_path):
+    """Other processes keep every core busy, so the background writer's
+    lowest-priority thread starves: the checkpoint taken at the start of step
+    4 (3 steps done) must still be on disk before step 4 ends, so a job
+    killed after step 5 resumes from step 3."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * os.cpu_count())]
+    try:
+        process = runner.start("vmc", tmp_path, "--mode", "checkpointed", "--every", "3")
+        process.wait_for(r"step 5")
+        process.send(signal.SIGKILL)
+        process.finish()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert 3 in saved_steps(tmp_path), process.output

@@ -31,7 +31,7 @@ Sx = sum(nk.operator.spin.sigmax(hilbert, i) for i in range(L))
 
 # ground state: the first driver
 gs = nk.driver.VMC(H, nk.optimizer.Sgd(0.01), variational_state=vstate)
-gs = nkserde.checkpointed(gs, out / "ckpt-gs", every=3)  # the added line
+gs = nkserde.checkpointed(gs, out / "ckpt", every=3)  # the added line
 gs.run(n_iter=12, out=str(out / "gs"), obs={"Sx": Sx}, show_progress=False)
 
 # quench: a second driver on the same variational state
@@ -44,7 +44,7 @@ te = nkx.TDVP(
     qgt=nk.optimizer.qgt.QGTJacobianDense(holomorphic=True, diag_shift=1e-4),
     error_norm="qgt",
 )
-te = nkserde.checkpointed(te, out / "ckpt-te", every=1)  # the added line
+te = nkserde.checkpointed(te, out / "ckpt", every=1)  # the added line (one directory)
 te.run(T=0.03, out=nk.logging.JsonLog(str(out / "te")), obs={"Sx": Sx},
        tstops=np.linspace(0.0, 0.03, 4, endpoint=True), show_progress=False)
 print("finished", flush=True)
