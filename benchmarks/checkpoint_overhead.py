@@ -2,7 +2,7 @@
 ``nkserde.Checkpoint``, alternating in one process.
 
     python benchmarks/checkpoint_overhead.py [--models rbm-8,rbm-100x1000] [--steps N]
-                                             [--repeat R] [--dir DIR]
+                                             [--repeat R] [--dir DIR] [--load N]
 
 Models (VMC, Ising chain, Adam; ``--models`` picks among them):
 
@@ -47,6 +47,13 @@ the repeats (on a shared machine, other load only ever slows a run down):
   time per step: the fraction of a long run spent waiting for checkpoints.
   The rest of the overhead is the CPU and memory bandwidth the background
   writer takes from the computation (in ``ovh loop``, not in ``stall``).
+
+* ``lag``: for the background writes (async), the time from the snapshot
+  to the file on disk, median and max over the loop's checkpoints, and
+  ``helped``: how many of them the run's own thread had to finish at the
+  end of the step after the snapshot (the bound: a checkpoint taken at step
+  k is on disk before step k+1 ends). ``--load N`` runs N busy processes
+  (``while True: pass``) beside the benchmark, as on a shared node.
 
 The machine may be shared: the load average is printed before and after.
 """
@@ -183,11 +190,12 @@ def timed_run(driver, steps, option, parent: Path) -> dict:
     SAVES.clear()
     MARKS.clear()
     callbacks = [LoopStart(), LoopEnd()]
-    directory = None
+    directory = ckpt = None
     if option is not None:
         every, async_save = option
         directory = Path(tempfile.mkdtemp(prefix="ckpt-", dir=parent))
-        callbacks.append(TimedCheckpoint(directory, every=every, async_save=async_save, keep=2))
+        ckpt = TimedCheckpoint(directory, every=every, async_save=async_save, keep=2)
+        callbacks.append(ckpt)
     start = time.perf_counter()
     driver.run(steps, callback=callbacks, show_progress=False)
     jax.block_until_ready(driver.state.parameters)
@@ -195,7 +203,9 @@ def timed_run(driver, steps, option, parent: Path) -> dict:
     row = {"total": total, "loop": MARKS["end"] - MARKS["start"],
            "step_hooks": sum(HOOK_TIME[h] for h in STEP_HOOKS),
            "run_hooks": {h: HOOK_TIME[h] for h in RUN_HOOKS if h in HOOK_TIME},
-           "saves_in_loop": sum(SAVES[h] for h in STEP_HOOKS), "saves_at_end": SAVES["on_run_end"]}
+           "saves_in_loop": sum(SAVES[h] for h in STEP_HOOKS), "saves_at_end": SAVES["on_run_end"],
+           # (steps the run's thread wrote, seconds from snapshot to file) per background write
+           "lags": list(getattr(ckpt, "_write_lag", ()) or ())}
     if directory is not None:
         files = sorted(directory.glob("step-*.nks"))
         row["file_mb"] = files[-1].stat().st_size / 1e6 if files else None
@@ -250,7 +260,7 @@ def bench_model(name, steps, repeat, parent: Path) -> dict:
 def table(results) -> str:
     head = (f"{'model':14s} {'steps':>5s} {'rep':>3s} {'config':14s} {'total s':>8s} {'ovh total':>9s} "
             f"{'loop s':>8s} {'ovh loop':>8s} {'ckpts':>6s} {'file MB':>7s} {'wait/ckpt ms':>12s} "
-            f"{'step ms':>8s} {'stall':>6s}")
+            f"{'step ms':>8s} {'stall':>6s} {'lag med/max s':>13s} {'helped':>7s}")
     lines = [head, "-" * len(head)]
     notes = []
     for name, model in results.items():
@@ -268,10 +278,14 @@ def table(results) -> str:
                 in_loop, at_end = rows[0]["saves_in_loop"], rows[0]["saves_at_end"]
                 wait = median(rows, "step_hooks") / in_loop if in_loop else float("nan")
                 mb = rows[0].get("file_mb")
+                lags = [lag for r in rows for lag in r.get("lags", [])]
+                lag = (f"{statistics.median(x[1] for x in lags):6.2f}/{max(x[1] for x in lags):6.2f}"
+                       if lags else "")
+                helped = f"{sum(1 for x in lags if x[0])}/{len(lags)}" if lags else ""
                 extra = (f"{(total - plain_total) / plain_total * 100:8.1f}% {loop:8.3f} "
                          f"{(loop - plain_loop) / plain_loop * 100:7.1f}% {f'{in_loop}+{at_end}':>6s} "
                          f"{mb if mb is not None else float('nan'):7.3g} {wait * 1e3:12.1f} "
-                         f"{step * 1e3:8.1f} {wait / (option[0] * step) * 100:5.1f}%")
+                         f"{step * 1e3:8.1f} {wait / (option[0] * step) * 100:5.1f}% {lag:>13s} {helped:>7s}")
             lines.append(f"{name:14s} {model['steps']:5d} {len(rows):3d} {label:14s} {total:8.3f} {extra}")
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
 
@@ -289,6 +303,8 @@ def main(argv=None) -> int:
                         "else the system temporary directory)")
     p.add_argument("--json", default=None,
                    help="results file (default benchmarks/results/checkpoint_overhead-<date>.json)")
+    p.add_argument("--load", type=int, default=0,
+                   help="busy processes to run beside the benchmark (a shared node)")
     p.add_argument("--table", default=None, metavar="JSON",
                    help="print the table of an earlier results file and exit")
     args = p.parse_args(argv)
@@ -301,13 +317,22 @@ def main(argv=None) -> int:
     env = {"python": platform.python_version(), "netket": nk.__version__, "jax": jax.__version__,
            "nkserde": nkserde.__version__, "cpus": os.cpu_count(), "dir": str(parent),
            "loadavg_before": os.getloadavg()}
+    env["competing_processes"] = args.load
     print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
-    results = {}
-    for name in args.models.split(","):
-        if name not in DEFAULTS:
-            p.error(f"unknown model {name!r}")
-        steps, repeat = DEFAULTS[name]
-        results[name] = bench_model(name, args.steps or steps, args.repeat or repeat, parent)
+    import subprocess
+
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
+    try:
+        results = {}
+        for name in args.models.split(","):
+            if name not in DEFAULTS:
+                p.error(f"unknown model {name!r}")
+            steps, repeat = DEFAULTS[name]
+            results[name] = bench_model(name, args.steps or steps, args.repeat or repeat, parent)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     env["loadavg_after"] = os.getloadavg()
     print(f"\nfastest of the repeats (times), median (time in hooks); load average before "
           f"{env['loadavg_before'][0]:.2f}, after {env['loadavg_after'][0]:.2f}\n")

@@ -173,6 +173,13 @@ def _payload_bytes(entries) -> int:
     return total
 
 
+def verify_steps(path):
+    """:func:`verify` as a generator of bounded steps (see
+    :func:`save_state_dict_steps`); returns what :func:`verify` returns."""
+    yield from fileformat.verify_steps(Path(path))
+    return info(path)
+
+
 def verify(path) -> dict:
     """Reads the whole file and checks the header and every array checksum,
     without a template. Returns what :func:`info` returns; raises

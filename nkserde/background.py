@@ -33,6 +33,7 @@ class BackgroundWrite:
         self.finished_at: float | None = None
         self.steps_in_background = 0
         self.steps_in_caller = 0
+        self._caller_took_over = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> BackgroundWrite:
@@ -48,6 +49,7 @@ class BackgroundWrite:
         returns once it is complete (``error`` says how it ended). A
         KeyboardInterrupt in a step ends the write (the file is not
         published) and propagates."""
+        self._caller_took_over = True  # the background thread starts no new step
         while self._advance(in_caller=True):
             pass
         if self._thread.ident is not None:  # started
@@ -59,7 +61,7 @@ class BackgroundWrite:
         # Irreversible for an unprivileged process, hence finish().
         with contextlib.suppress(AttributeError, OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        while self._advance(in_caller=False):
+        while not self._caller_took_over and self._advance(in_caller=False):
             pass
 
     def _advance(self, in_caller: bool) -> bool:

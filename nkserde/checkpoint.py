@@ -638,7 +638,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         """The steps of writing one checkpoint (see BackgroundWrite)."""
         yield from api.save_state_dict_steps(state, path, root_type="checkpoint")  # every process together
         if jax.process_index() == 0:  # directory upkeep is process 0's
-            api.verify(path)  # only a verified checkpoint may retire older ones
+            yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
             self._retain(completed)
 
     def wait(self):

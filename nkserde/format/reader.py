@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import CorruptFileError, UnsupportedVersionError
 from . import codecs, tree_codec
-from .checksum import checksum
+from .checksum import checksum, streaming_checksum
 from .layout import (
     ALIGNMENT, DTYPES, END_MAGIC, FORMAT_VERSION, MAGIC, PREAMBLE, TRAILER,
 )
@@ -215,3 +215,41 @@ def read_file(path) -> tuple[dict, object]:
     except (ValueError, RecursionError) as exc:
         raise _corrupt(path, f"header tree is malformed: {exc}") from None
     return header, tree
+
+
+def verify_steps(path):
+    """Checks every checksum and the structure of a file, as
+    :func:`read_file` does, as a generator yielding after every
+    ``codecs.CHUNK`` bytes read (any thread may advance it; see
+    nkserde.background). Raw arrays are checksummed as they stream through
+    one buffer; nothing is kept. Returns the header."""
+    path = Path(path)
+    buffer = memoryview(bytearray(codecs.CHUNK))
+    with open(path, "rb", buffering=0) as f:
+        header, payload_end = _open_header(f, path)
+        for i, entry in enumerate(header["arrays"]):
+            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+            for _start, _shape, block in blocks:
+                if block["codec"] != codecs.RAW:
+                    _read_array(f, block, i, path)  # small frames: whole
+                    yield
+                    continue
+                hasher, remaining = streaming_checksum(), block["nbytes"]
+                f.seek(block["offset"])
+                while remaining:
+                    n = f.readinto(buffer[: min(len(buffer), remaining)])
+                    if not n:
+                        raise _corrupt(path, f"array {i}: truncated payload")
+                    hasher.update(buffer[:n])
+                    remaining -= n
+                    yield
+                if hasher.intdigest() != block["checksum"]:
+                    raise _corrupt(path, f"array {i} ({block['dtype']}{list(block['shape'])}): "
+                                         "payload checksum mismatch")
+    try:
+        # the tree's references, against placeholders of the arrays' shapes
+        shapes = [np.broadcast_to(np.zeros((), np.uint8), tuple(e["shape"])) for e in header["arrays"]]
+        tree_codec.decode(header["tree"], shapes, set())
+    except (ValueError, RecursionError) as exc:
+        raise _corrupt(path, f"header tree is malformed: {exc}") from None
+    return header
