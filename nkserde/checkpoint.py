@@ -397,6 +397,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 # so too) and the next run continues with the step after it.
                 self._completed += 1
                 driver._step_count = self._completed
+            if not final:
                 self.interrupted = self.interrupted or raiser
             if self._last_saved != self._completed or stopped:
                 # a final stop keeps NetKet's count, and the checkpoint says
