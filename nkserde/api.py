@@ -155,7 +155,10 @@ def info(path) -> dict:
     """The file's metadata without reading the arrays: format_version,
     nkserde/netket/jax/flax/numpy/python versions, created, process_count,
     root_type and ``types`` ({type name: schema version})."""
-    header = fileformat.read_header(Path(path))
+    return _info(fileformat.read_header(Path(path)))
+
+
+def _info(header) -> dict:
     return {"format_version": header["format_version"], **header["meta"],
             "n_arrays": len(header["arrays"]),
             "payload_bytes": _payload_bytes(header["arrays"])}
@@ -176,13 +179,12 @@ def _payload_bytes(entries) -> int:
 def verify_steps(path):
     """:func:`verify` as a generator of bounded steps (see
     :func:`save_state_dict_steps`); returns what :func:`verify` returns."""
-    yield from fileformat.verify_steps(Path(path))
-    return info(path)
+    return _info((yield from fileformat.verify_steps(Path(path))))
 
 
 def verify(path) -> dict:
     """Reads the whole file and checks the header and every array checksum,
     without a template. Returns what :func:`info` returns; raises
-    CorruptFileError (or UnsupportedVersionError) otherwise."""
-    fileformat.read_file(Path(path))
-    return info(path)
+    CorruptFileError (or UnsupportedVersionError) otherwise. Streams the
+    arrays through one buffer: memory does not grow with the file."""
+    return fileformat.drain(verify_steps(path))

@@ -524,8 +524,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._write_fingerprint(current)
             say(f"{self.directory}: no checkpoint, starting fresh (a checkpoint every {self.every} steps)")
             return None
-        if fp_path.exists():
-            saved = json.loads(fp_path.read_text())
+        saved = json.loads(fp_path.read_text()) if fp_path.exists() else {}
+        if saved:
             changes = fingerprint_changes(saved, current)
             if changes and self.resume != "force":
                 raise NkserdeError(
@@ -545,8 +545,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             except (CorruptFileError, UnsupportedVersionError, OSError) as exc:
                 warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
                 continue
-            if self.resume == "force" or not run_fingerprint.comparable(json.loads(fp_path.read_text())
-                                                                      if fp_path.exists() else {}):
+            if self.resume == "force" or not run_fingerprint.comparable(saved):
                 self._write_fingerprint(current)
             return str(path)
         if self.resume == "must":

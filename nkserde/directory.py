@@ -47,7 +47,7 @@ def runs(directory: Path) -> list[Path]:
 
 def verifies(path: Path) -> bool:
     try:
-        fileformat.read_file(Path(path))
+        fileformat.drain(fileformat.verify_steps(Path(path)))
         return True
     except (CorruptFileError, UnsupportedVersionError, OSError):
         return False

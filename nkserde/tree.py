@@ -10,6 +10,7 @@ decides the structure and the types, the state dict provides the numbers.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import warnings
 from collections.abc import Mapping
@@ -27,6 +28,15 @@ TYPE, VERSION = "@type", "@version"
 _DTYPE_FROM_FILE = contextvars.ContextVar("nkserde_dtype_from_file", default=False)
 _CHECK_ONLY = contextvars.ContextVar("nkserde_check_only", default=False)
 _SCALARS = (bool, int, float, complex, str, bytes)
+
+
+@contextlib.contextmanager
+def _set(flag: contextvars.ContextVar):
+    token = flag.set(True)
+    try:
+        yield
+    finally:
+        flag.reset(token)
 
 
 def _is_key_array(x) -> bool:
@@ -62,11 +72,8 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     only check that it can be stored (JAX arrays are not read: the result
     holds None in their place)."""
     if check_only:
-        token = _CHECK_ONLY.set(True)
-        try:
+        with _set(_CHECK_ONLY):
             return to_state_dict(obj, path)
-        finally:
-            _CHECK_ONLY.reset(token)
     if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
         return obj
     if isinstance(obj, np.ndarray):
@@ -215,14 +222,9 @@ def _restore_node(reg: registry.Registration, template, state, path):
     for s, k in keys.items():
         if s in reg.free_fields:
             restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
-        elif s in reg.dtype_from_file:
-            token = _DTYPE_FROM_FILE.set(True)
-            try:
-                restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
-            finally:
-                _DTYPE_FROM_FILE.reset(token)
         else:
-            restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
+            with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
+                restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
     return reg.from_state(template, restored)
 
 

@@ -108,6 +108,8 @@ def test_flipped_byte_in_every_array(saved):
         saved.write_bytes(bytes(damaged))
         with pytest.raises(CorruptFileError, match=f"array {i}.*checksum"):
             _load(saved)
+        with pytest.raises(CorruptFileError, match=f"array {i}.*checksum"):
+            nkserde.verify(saved)  # streams the arrays: a path of its own
 
 
 def test_flipped_byte_in_trailer(saved):
@@ -131,7 +133,10 @@ def test_every_single_byte_flip_is_detected_or_harmless(tmp_path):
         path.write_bytes(bytes(damaged))
         try:
             out = nkserde.load(small, path)
-        except (CorruptFileError, UnsupportedVersionError):
+        except (CorruptFileError, UnsupportedVersionError) as exc:
+            # verify (streaming, no template) refuses the file too
+            with pytest.raises(type(exc)):
+                nkserde.verify(path)
             continue
         assert out["a"].tobytes() == small["a"].tobytes() and out["b"] == 1.5 and out["c"] == [None, "x"], i
 
