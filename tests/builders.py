@@ -113,6 +113,40 @@ def params_bytes(driver):
     return [np.asarray(p).tobytes() for p in jax.tree_util.tree_leaves(driver.state.parameters)]
 
 
+# Crashes and resumes ------------------------------------------------------------
+
+
+class CrashAt(nk.callbacks.AbstractCallback):
+    """Raises at the start of step ``at``, like a job killed between steps."""
+
+    at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self, at):
+        self.at = at
+
+    def on_step_start(self, step, log_data, driver):
+        if driver.step_count == self.at:
+            raise RuntimeError(f"crash at {self.at}")
+
+
+def crash_then_resume(build, directory, n_steps, crash_at, make_out=lambda: None, **options):
+    """A driver from ``build()`` runs ``n_steps`` with a Checkpoint in
+    ``directory`` and crashes at the start of step ``crash_at``; a second
+    driver from ``build()`` runs the same call and resumes. Returns (the
+    resumed driver, its logger from ``make_out()``, its Checkpoint)."""
+    import pytest
+
+    import nkserde
+
+    with pytest.raises(RuntimeError, match="crash"):
+        build().run(n_steps, out=make_out(), show_progress=False,
+                    callback=[nkserde.Checkpoint(directory, **options), CrashAt(crash_at)])
+    ckpt = nkserde.Checkpoint(directory, **options)
+    driver, out = build(), make_out()
+    driver.run(n_steps, out=out, show_progress=False, callback=ckpt)
+    return driver, out, ckpt
+
+
 # Added for tests/test_resume.py ------------------------------------------------
 
 

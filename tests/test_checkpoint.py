@@ -14,23 +14,11 @@ import numpy as np
 import pytest
 
 import builders as B
+from builders import CrashAt
 import nkserde
 from nkserde.errors import NkserdeError
 
 N_STEPS = 6
-
-
-class CrashAt(nk.callbacks.AbstractCallback):
-    """Raises at the start of step ``at``, like a job killed between steps."""
-
-    at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
-
-    def __init__(self, at):
-        self.at = at
-
-    def on_step_start(self, step, log_data, driver):
-        if driver.step_count == self.at:
-            raise RuntimeError(f"crash at {self.at}")
 
 
 class SignalAt(nk.callbacks.AbstractCallback):
@@ -57,14 +45,8 @@ def reference():
 
 
 def _crash_then_resume(tmp_path, crash_at, **options):
-    first = B.vmc()
-    with pytest.raises(RuntimeError, match="crash"):
-        first.run(N_STEPS, out=nk.logging.RuntimeLog(), show_progress=False,
-                  callback=[nkserde.Checkpoint(tmp_path, **options), CrashAt(crash_at)])
-    ckpt = nkserde.Checkpoint(tmp_path, **options)
-    driver, log = B.vmc(), nk.logging.RuntimeLog()
-    driver.run(N_STEPS, out=log, show_progress=False, callback=ckpt)
-    return driver, log, ckpt
+    return B.crash_then_resume(B.vmc, tmp_path, N_STEPS, crash_at, make_out=nk.logging.RuntimeLog,
+                               **options)
 
 
 @pytest.mark.parametrize("async_save", [False, True])

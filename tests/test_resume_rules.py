@@ -153,22 +153,11 @@ def test_callback_settings_are_the_templates_its_state_the_files(tmp_path):
 
     with pytest.raises(RuntimeError):
         B.vmc().run(N_STEPS, out=None, show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path, every=1), make(100), _CrashAt(3)])
+                    callback=[nkserde.Checkpoint(tmp_path, every=1), make(100), B.CrashAt(3)])
     resumed = make(200)
     B.vmc().run(4, out=None, show_progress=False, callback=[nkserde.Checkpoint(tmp_path, every=1), resumed])
     assert resumed.patience == 200  # configuration: the template's
     assert resumed._best_patience_counter == 3  # state: 2 from the file, 1 step more
-
-
-class _CrashAt(nk.callbacks.AbstractCallback):
-    at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
-
-    def __init__(self, at):
-        self.at = at
-
-    def on_step_start(self, step, log_data, driver):
-        if driver.step_count == self.at:
-            raise RuntimeError(f"crash at {self.at}")
 
 
 # ------------------------------------------------ dtypes the run changes
@@ -202,12 +191,8 @@ def test_batchnorm_statistics_whose_dtype_the_run_changes_resume(tmp_path):
     straight.run(4, out=log, show_progress=False)
     assert jax.tree_util.tree_leaves(straight.state.model_state)[0].dtype == jnp.float64  # NetKet's
 
-    with pytest.raises(RuntimeError):
-        _batchnorm_vmc().run(4, out=nk.logging.RuntimeLog(), show_progress=False,
-                             callback=[nkserde.Checkpoint(tmp_path, every=1), _CrashAt(2)])
-    resumed, log2 = _batchnorm_vmc(), nk.logging.RuntimeLog()
-    ckpt = nkserde.Checkpoint(tmp_path, every=1)
-    resumed.run(4, out=log2, show_progress=False, callback=ckpt)
+    resumed, log2, ckpt = B.crash_then_resume(_batchnorm_vmc, tmp_path, 4, crash_at=2,
+                                              make_out=nk.logging.RuntimeLog, every=1)
     assert ckpt.resumed_from == 2
     assert B.params_bytes(resumed) == B.params_bytes(straight)
     for a, b in zip(jax.tree_util.tree_leaves(resumed.state.model_state),
@@ -227,12 +212,7 @@ def test_inject_hyperparams_with_mixed_dtypes_resumes(tmp_path):
 
     straight = build()
     straight.run(4, out=None, show_progress=False)
-    with pytest.raises(RuntimeError):
-        build().run(4, out=None, show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path, every=1), _CrashAt(2)])
-    resumed = build()
-    ckpt = nkserde.Checkpoint(tmp_path, every=1)
-    resumed.run(4, out=None, show_progress=False, callback=ckpt)
+    resumed, _, ckpt = B.crash_then_resume(build, tmp_path, 4, crash_at=2, every=1)
     assert ckpt.resumed_from == 2
     assert B.params_bytes(resumed) == B.params_bytes(straight)
 
@@ -259,13 +239,7 @@ def test_operators_inside_a_state_come_from_the_template(tmp_path):
 
     straight = build()
     straight.run(3, out=None, show_progress=False)
-    first = build()
-    with pytest.raises(RuntimeError):
-        first.run(3, out=None, show_progress=False,
-                  callback=[nkserde.Checkpoint(tmp_path, every=1), _CrashAt(2)])
-    resumed = build()
-    ckpt = nkserde.Checkpoint(tmp_path, every=1)
-    resumed.run(3, out=None, show_progress=False, callback=ckpt)
+    resumed, _, ckpt = B.crash_then_resume(build, tmp_path, 3, crash_at=2, every=1)
     assert ckpt.resumed_from == 2
     assert B.params_bytes(resumed) == B.params_bytes(straight)
     op = resumed.target_state.model_state
