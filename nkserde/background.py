@@ -23,14 +23,16 @@ class BackgroundWrite:
     started; :meth:`finish` without :meth:`start` writes synchronously.
 
     Attributes after the end: ``error`` (the exception a step raised, or
-    None), ``finished_at`` (``time.monotonic()`` of the last step)."""
+    None), ``seconds``: from the creation of the write (the snapshot it
+    writes) to its last step."""
 
     def __init__(self, steps, name: str = "nkserde-write"):
         self._steps = steps
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.error: Exception | None = None
-        self.finished_at: float | None = None
+        self.created_at = time.monotonic()
+        self.seconds: float | None = None
         self.steps_in_background = 0
         self.steps_in_caller = 0
         self._caller_took_over = False
@@ -39,6 +41,11 @@ class BackgroundWrite:
     def start(self) -> BackgroundWrite:
         self._thread.start()
         return self
+
+    @property
+    def started(self) -> bool:
+        """Whether it ran in the background (else :meth:`finish` wrote it all)."""
+        return self._thread.ident is not None
 
     @property
     def done(self) -> bool:
@@ -52,7 +59,7 @@ class BackgroundWrite:
         self._caller_took_over = True  # the background thread starts no new step
         while self._advance(in_caller=True):
             pass
-        if self._thread.ident is not None:  # started
+        if self.started:
             self._thread.join()
 
     def _run(self):
@@ -89,5 +96,5 @@ class BackgroundWrite:
             return True
 
     def _end(self):
-        self.finished_at = time.monotonic()
+        self.seconds = time.monotonic() - self.created_at
         self._done.set()

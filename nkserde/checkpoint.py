@@ -39,7 +39,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 import warnings
 import weakref
 from pathlib import Path
@@ -349,7 +348,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # The checkpoint taken at this step's start must be on disk before
         # the step ends: a background write that lags (a busy node starves
         # its low-priority thread) is finished here, at the run's priority.
-        self._finish_write(lagging=True)
+        self.wait()
 
     def on_step_start(self, step, log_data, driver):
         if not self._active:
@@ -624,7 +623,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             state = _host_copy(state)
         self.wait()  # at most one write in flight
         writer = BackgroundWrite(self._write_steps(state, path, completed), name="nkserde-checkpoint")
-        writer.snapshot = (completed, time.monotonic())
         self._writer = writer
         if asynchronous:
             _PENDING.add(self)
@@ -644,9 +642,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def wait(self):
         """Blocks until the write in flight (if any) has finished; whatever
         the background thread has not done yet, this thread does."""
-        self._finish_write(lagging=False)
-
-    def _finish_write(self, lagging: bool):
         writer = self._writer
         if writer is None:
             return
@@ -655,9 +650,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._writer = None
         if writer.error is not None:
             self._write_error = writer.error
-        if lagging or writer.steps_in_background:
-            step, started = writer.snapshot
-            self._write_lag.append((writer.steps_in_caller, writer.finished_at - started))
+        if writer.started:
+            self._write_lag.append((writer.steps_in_caller, writer.seconds))
 
     def _raise_write_error(self):
         if self._write_error is not None:
