@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import time
 
 import netket as nk
 import numpy as np
@@ -331,6 +332,16 @@ def test_mlflow_log_continues_the_same_tracking_run(tmp_path, reference, monkeyp
     assert np.asarray([v for _, v in history]).tobytes() == reference[1]
 
 
+def _finish_wandb_run():
+    import wandb
+
+    wandb.finish()
+    # wandb names an offline run directory by the second it starts and the
+    # run id, and appends "-1" when the two runs share both: start the
+    # resumed run in another second
+    time.sleep(1.05)
+
+
 def test_wandb_log_continues_the_same_tracking_run(tmp_path, monkeypatch):
     """wandb in offline mode: the resumed logger resumes the run with the
     interrupted run's id (both offline run directories carry it)."""
@@ -342,7 +353,7 @@ def test_wandb_log_continues_the_same_tracking_run(tmp_path, monkeypatch):
     first, second = _crash_then_resume_logging_to(
         tmp_path, lambda: nk.logging.WandbLog(project="ising", save_params=False,
                                               save_final_state=False),
-        between=wandb.finish)
+        between=_finish_wandb_run)
     run_id = first._run.id
     assert second._run.id == run_id
     assert second._old_step == N_STEPS - 1
