@@ -108,6 +108,24 @@ def test_dynamics_changes_are_refused(kwargs, key):
     assert any(line.startswith(key) for line in found), found
 
 
+def test_an_infidelity_target_from_a_random_seed_is_the_same_run():
+    """NetKet's Infidelity example builds its target without a seed: the
+    target's parameters are state (the checkpoint restores them), not part
+    of what defines the run."""
+    graph = nk.graph.Chain(L)
+    hilbert = nk.hilbert.Spin(0.5, N=L)
+    H = nk.operator.Ising(hilbert, graph, h=1.0)
+
+    def build():
+        sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=8)
+        target = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64)  # random seed
+        vs = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64, seed=0, sampler_seed=1)
+        return nk.driver.Infidelity_SR(target, optax.sgd(0.01), operator=H, variational_state=vs,
+                                       diag_shift=1e-4)
+
+    assert changes(fingerprint(build()), fingerprint(build())) == []
+
+
 _PRINT_FINGERPRINT = """
 import json, sys
 sys.path.insert(0, {tests!r})
