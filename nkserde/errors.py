@@ -26,9 +26,19 @@ class UnsupportedVersionError(NkserdeError):
     nkserde understands, and no migration leads from it to the current one."""
 
 
+class MigrationError(UnsupportedVersionError):
+    """An old schema version could be upgraded only with something the load
+    does not have (e.g. the template's model, when a file is migrated
+    without a template)."""
+
+
 class UnregisteredTypeError(NkserdeError):
     """An object (when saving) or a type name (when loading) has no
     registration."""
+
+
+class UnsupportedNetKetError(NkserdeError):
+    """A feature needs a NetKet API that the installed NetKet lacks."""
 
 
 class ProcessMismatchError(NkserdeError):

@@ -20,6 +20,16 @@ Migrations upgrade a stored field dict one version at a time::
         fields["step"] = fields.pop("n_steps")
         return fields
 
+A migration that needs more than the stored fields takes a second argument,
+a :class:`MigrationContext`: the template being loaded into, and the
+objects enclosing it with the fields restored so far (a sampler state's
+migration finds the variational state's model and restored parameters)::
+
+    @nkserde.migration("mylab.MyState", from_version=2)
+    def _(fields, context):
+        fields["norm"] = np.linalg.norm(context.template.weights)
+        return fields
+
 Besides exact types, *rules* register whole families of types on first sight
 (NamedTuples, typed JAX PRNG keys, NetKet pytrees): a rule is a function
 ``type -> Registration | None``.
@@ -27,10 +37,13 @@ Besides exact types, *rules* register whole families of types on first sight
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from typing import Any, Callable, Mapping
+import inspect
+from typing import Any, Callable, Mapping, NamedTuple
 
-from .errors import UnregisteredTypeError, UnsupportedVersionError, format_path
+from .errors import MigrationError, UnregisteredTypeError, UnsupportedVersionError, format_path
 
 ToState = Callable[[Any], Mapping[str, Any]]
 FromState = Callable[[Any, dict], Any]
@@ -56,6 +69,20 @@ class Registration:
         dtype the run itself changes (flax creates BatchNorm statistics as
         float32, a NetKet step makes them float64), so a freshly built
         template cannot know it.
+      fields: the field names of the current schema (what ``to_state``
+        returns; checked on every save), recorded in the schema manifest
+        that guards against unversioned changes; None for rule-made
+        registrations, whose schema is their library's.
+      optional_fields: fields that exist only under some versions of the
+        library that defines the type (an attribute NetKet added): absent in
+        the file, the template's value is kept; absent in the template (an
+        older library), the file's value is not used.
+      aliases: names older nkserde versions wrote for this type; a file
+        naming one loads as this registration (they are compared, never
+        imported).
+      from_fields: ``fields -> object``, for a type that can be rebuilt from
+        its stored fields alone where the template holds None (an object
+        NetKet creates lazily at the first step).
     """
 
     name: str
@@ -65,23 +92,85 @@ class Registration:
     doc: str = ""
     free_fields: frozenset = frozenset()
     dtype_from_file: frozenset = frozenset()
+    fields: tuple | None = None
+    optional_fields: frozenset = frozenset()
+    aliases: tuple = ()
+    from_fields: Callable[[dict], Any] | None = None
+
+
+class Loading(NamedTuple):
+    """An object being loaded: its template and its fields restored so far."""
+    template: Any
+    restored: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class MigrationContext:
+    """What a migration receives besides the stored fields.
+
+    Attributes:
+      name, from_version: the type and the version being upgraded.
+      path: where in the loaded object this value sits.
+      template: the object the fields will be loaded into, or None when a
+        file is migrated without a template (:func:`nkserde.migrate`).
+    """
+
+    name: str
+    from_version: int
+    path: tuple
+    template: Any
+    _enclosing: tuple = ()
+
+    def enclosing(self, cls: type) -> Loading | None:
+        """The nearest enclosing object being loaded whose template is a
+        ``cls``: its template and the fields already restored (fields are
+        restored in the order ``to_state`` returns them), or None."""
+        for loading in reversed(self._enclosing):
+            if isinstance(loading.template, cls):
+                return loading
+        return None
+
+    def needs(self, what: str) -> MigrationError:
+        """The error a migration raises when the context lacks ``what``."""
+        return MigrationError(
+            f"{format_path(self.path)}: upgrading {self.name} from schema version "
+            f"{self.from_version} needs {what}")
+
+
+# The objects whose fields are being restored, outermost first (tree.py
+# pushes one per registered object; migrations read it).
+_LOADING: contextvars.ContextVar[tuple] = contextvars.ContextVar("nkserde_loading", default=())
+
+
+@contextlib.contextmanager
+def loading(template, restored: dict):
+    """Marks ``template`` as being loaded, with ``restored`` (filled as its
+    fields are restored), for the migrations of the values inside it."""
+    token = _LOADING.set(_LOADING.get() + (Loading(template, restored),))
+    try:
+        yield
+    finally:
+        _LOADING.reset(token)
 
 
 _BY_TYPE: dict[type, Registration] = {}
 _BY_NAME: dict[str, Registration] = {}
 _SUBCLASS_TYPES: list[type] = []  # registered with subclasses=True, newest first
 _RULES: list[Callable[[type], Registration | None]] = []
-_MIGRATIONS: dict[tuple[str, int], Callable[[dict], dict]] = {}
+_ALIASES: dict[str, str] = {}  # an older name -> the registration's name
+_MIGRATIONS: dict[tuple[str, int], Callable[[dict, MigrationContext], dict]] = {}
 _NOT_REGISTERED = object()
 _RULE_CACHE: dict[type, Any] = {}
 
 
 def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
              from_state: FromState, subclasses: bool = False, doc: str = "",
-             free_fields=(), dtype_from_file=()) -> Registration:
+             free_fields=(), dtype_from_file=(), fields=None, optional_fields=(),
+             aliases=(), from_fields=None) -> Registration:
     """Registers ``cls`` (and, with ``subclasses=True``, its subclasses that
     have no registration of their own). Re-registering a type replaces it.
-    Returns the Registration."""
+    See :class:`Registration` for the other arguments. Returns the
+    Registration."""
     if not isinstance(name, str) or not name or name.startswith("@"):
         raise ValueError(f"invalid registration name {name!r}")
     if not isinstance(version, int) or version < 1:
@@ -91,9 +180,11 @@ def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
     if other is not None and owner is not None and owner is not cls:
         raise ValueError(f"name {name!r} is already registered for {owner.__qualname__}")
     reg = Registration(name, version, to_state, from_state, doc, frozenset(free_fields),
-                       frozenset(dtype_from_file))
+                       frozenset(dtype_from_file), None if fields is None else tuple(fields),
+                       frozenset(optional_fields),
+                       tuple(aliases), from_fields)
     _BY_TYPE[cls] = reg
-    _BY_NAME[name] = reg
+    _add_name(reg)
     if subclasses and cls not in _SUBCLASS_TYPES:
         _SUBCLASS_TYPES.insert(0, cls)
     _RULE_CACHE.clear()
@@ -106,15 +197,35 @@ def add_rule(rule: Callable[[type], Registration | None]) -> None:
     _RULE_CACHE.clear()
 
 
+def _add_name(reg: Registration) -> None:
+    _BY_NAME[reg.name] = reg
+    for alias in reg.aliases:
+        _ALIASES.setdefault(alias, reg.name)
+
+
+def add_builtin(reg: Registration) -> None:
+    """Makes a registration that is not tied to one Python type (e.g. JAX's
+    typed PRNG keys) known by name."""
+    _add_name(reg)
+
+
 def migration(name: str, from_version: int):
-    """Decorator: ``fn(fields) -> fields`` upgrades the stored fields of type
-    ``name`` from ``from_version`` to ``from_version + 1``."""
+    """Decorator: ``fn(fields) -> fields`` or ``fn(fields, context) ->
+    fields`` upgrades the stored fields of type ``name`` from
+    ``from_version`` to ``from_version + 1``; ``context`` is a
+    :class:`MigrationContext`. ``fn`` may change ``fields`` in place."""
 
     def decorate(fn):
-        _MIGRATIONS[(name, from_version)] = fn
+        takes_context = len(inspect.signature(fn).parameters) >= 2
+        _MIGRATIONS[(name, from_version)] = fn if takes_context else (lambda f, _c: fn(f))
         return fn
 
     return decorate
+
+
+def migrations() -> dict[tuple[str, int], Callable]:
+    """Every registered migration, by (name, from_version)."""
+    return dict(_MIGRATIONS)
 
 
 def lookup(cls: type) -> Registration | None:
@@ -133,18 +244,24 @@ def lookup(cls: type) -> Registration | None:
         for rule in _RULES:
             reg = rule(cls)
             if reg is not None:
-                _BY_NAME.setdefault(reg.name, reg)
+                if reg.name not in _BY_NAME:
+                    _add_name(reg)
                 break
     _RULE_CACHE[cls] = _NOT_REGISTERED if reg is None else reg
     return reg
 
 
 def lookup_name(name: str) -> Registration | None:
-    return _BY_NAME.get(name)
+    return _BY_NAME.get(resolve(name))
+
+
+def resolve(name: str) -> str:
+    """The current name of a name found in a file (an alias, or itself)."""
+    return name if name in _BY_NAME else _ALIASES.get(name, name)
 
 
 def known_name(name: str) -> bool:
-    return name in _BY_NAME
+    return resolve(name) in _BY_NAME
 
 
 def registrations() -> dict[str, Registration]:
@@ -152,20 +269,23 @@ def registrations() -> dict[str, Registration]:
     return dict(_BY_NAME)
 
 
-def upgrade(name: str, version: int, fields: dict, current: int, path=(), file=None) -> dict:
-    """Applies the migrations of ``name`` from ``version`` to ``current``."""
-    where = f"{file}: " if file else ""
+def upgrade(name: str, version: int, fields: dict, current: int, path=(), *,
+            template=None) -> dict:
+    """Applies the migrations of ``name`` from ``version`` to ``current``;
+    ``template`` is the object the fields are being loaded into (None: no
+    template, as in :func:`nkserde.migrate`)."""
     if version > current:
         raise UnsupportedVersionError(
-            f"{where}{format_path(path)}: {name} has schema version {version} in the file, "
+            f"{format_path(path)}: {name} has schema version {version} in the file, "
             f"newer than version {current} known to this nkserde; upgrade nkserde")
     while version < current:
         step = _MIGRATIONS.get((name, version))
         if step is None:
             raise UnsupportedVersionError(
-                f"{where}{format_path(path)}: {name} schema version {version} in the file, "
+                f"{format_path(path)}: {name} schema version {version} in the file, "
                 f"current is {current}, and no migration from version {version} is registered")
-        fields = step(dict(fields))
+        context = MigrationContext(name, version, tuple(path), template, _LOADING.get())
+        fields = step(dict(fields), context)
         version += 1
     return fields
 

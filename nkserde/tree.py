@@ -106,6 +106,18 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     raise registry.unregistered(obj, path)
 
 
+def _check_schema(reg: registry.Registration, fields, path) -> None:
+    """A registration returns the fields it declares (its schema; the
+    manifest test guards the declarations): anything else is a bug of the
+    registration, caught before it reaches a file."""
+    got, declared = set(fields), set(reg.fields)
+    if not got <= declared or not declared - reg.optional_fields <= got:
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: the registration {reg.name} (schema version {reg.version}) "
+            f"returned fields {sorted(got)}, its schema declares {sorted(declared)}: a changed "
+            f"schema needs a new version (see docs/schema.md)")
+
+
 def _key(k, path) -> str:
     if isinstance(k, bool) or not isinstance(k, (str, int)):
         raise UnregisteredTypeError(
@@ -118,6 +130,8 @@ def _key(k, path) -> str:
 
 def _node(reg: registry.Registration, obj, path) -> dict:
     fields = reg.to_state(obj)
+    if reg.fields is not None:
+        _check_schema(reg, fields, path)
     out = {TYPE: reg.name, VERSION: reg.version}
     for k, v in fields.items():
         key = _key(k, path)
@@ -203,7 +217,7 @@ def _check_keys(path, state, keys, template):
 def _restore_node(reg: registry.Registration, template, state, path):
     if not isinstance(state, dict) or not isinstance(state.get(TYPE), str):
         raise mismatch(path, state, template, f"expected a stored {reg.name}")
-    name, version = state[TYPE], state.get(VERSION)
+    name, version = registry.resolve(state[TYPE]), state.get(VERSION)
     if not registry.known_name(name):
         raise UnregisteredTypeError(
             f"{format_path(path)}: the file holds type {name!r}, which has no registration here "
@@ -214,17 +228,26 @@ def _restore_node(reg: registry.Registration, template, state, path):
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
     fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
-    fields = registry.upgrade(name, version, fields, reg.version, path)
+    fields = registry.upgrade(name, version, fields, reg.version, path, template=template)
     template_fields = reg.to_state(template)
     keys = {_key(k, path): k for k in template_fields}
-    _check_keys(path, fields, keys, template)
+    # a field of some library versions only: absent on one side, it is the
+    # template's (absent in the file) or not used (absent in the template)
+    for s in reg.optional_fields:
+        if s in fields and s not in keys:
+            del fields[s]
+    _check_keys(path, fields, {s: k for s, k in keys.items()
+                               if s in fields or s not in reg.optional_fields}, template)
     restored = {}
-    for s, k in keys.items():
-        if s in reg.free_fields:
-            restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
-        else:
-            with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
-                restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
+    with registry.loading(template, restored):
+        for s, k in keys.items():
+            if s not in fields:  # optional, absent in the file
+                restored[k] = template_fields[k]
+            elif s in reg.free_fields:
+                restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
+            else:
+                with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
+                    restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
     return reg.from_state(template, restored)
 
 
@@ -351,13 +374,26 @@ def _untemplated(state, path, to_jax=True):
         return _untemplated(state.values[jax.process_index() % len(state.values)], path, to_jax)
     if isinstance(state, dict):
         if TYPE in state:
-            raise mismatch(path, state, None, "a stored object needs a template object to load into")
+            return _build_node(state, path, to_jax)
         return {k: _untemplated(v, path + (k,), to_jax) for k, v in state.items()}
     if isinstance(state, list):
         return [_untemplated(v, path + (i,), to_jax) for i, v in enumerate(state)]
     if isinstance(state, np.ndarray) and to_jax:
         return jax.device_put(state, _replicated(), may_alias=True)
     return state
+
+
+def _build_node(state, path, to_jax):
+    """A stored object where the template holds None: only for types whose
+    registration can rebuild them from their fields alone (``from_fields``),
+    at their current schema version."""
+    reg = registry.lookup_name(state[TYPE]) if isinstance(state[TYPE], str) else None
+    version = state.get(VERSION)
+    if reg is None or reg.from_fields is None or not isinstance(version, int):
+        raise mismatch(path, state, None, "a stored object needs a template object to load into")
+    fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
+    fields = registry.upgrade(reg.name, version, fields, reg.version, path)
+    return reg.from_fields({k: _untemplated(v, path + (k,), to_jax) for k, v in fields.items()})
 
 
 def _replicated():
@@ -386,9 +422,9 @@ def _key_from_state(template, fields):
 
 
 KEY_REGISTRATION = registry.Registration(
-    "jax.random.key", 1, _key_to_state, _key_from_state,
+    "jax.random.key", 1, _key_to_state, _key_from_state, fields=("impl", "data"),
     doc="impl: str, the PRNG implementation name; data: uint32[..., k], the key data")
-registry._BY_NAME[KEY_REGISTRATION.name] = KEY_REGISTRATION
+registry.add_builtin(KEY_REGISTRATION)
 
 
 def _namedtuple_rule(cls):
