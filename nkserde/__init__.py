@@ -23,7 +23,12 @@ from .api import (from_state_dict, info, load, load_state_dict, save, save_state
 from .parts import per_process
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402
-from .checkpoint import Checkpoint, checkpointed  # noqa: E402
+from .netket._common import find as _find  # noqa: E402,F401
+
+if _find("netket.callbacks.AbstractCallback") is not None:
+    from .checkpoint import Checkpoint, checkpointed  # noqa: E402
+else:  # NetKet 3.21: no callback API to hook a checkpoint into
+    from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migration", "per_process", "register", "save",

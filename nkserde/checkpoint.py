@@ -52,7 +52,7 @@ from netket.utils import struct
 from . import api, directory as ckpt_dir, fingerprint as run_fingerprint, registry
 from ._log import say
 from .background import BackgroundWrite
-from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, NkserdeError, UnsupportedNetKetError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
 from .netket.callbacks import stateful
 from .parts import map_arrays, primary
@@ -67,6 +67,12 @@ try:  # the stop of NetKet's generic dynamics drivers at their final time
     _REACHED_END: tuple = (_StopAtTime,)
 except ImportError:
     _REACHED_END = ()
+# A stop NetKet ends quietly as a finished run (3.23; a plain StopRun before).
+_RUN_FINISHED = getattr(nk.callbacks, "RunFinished", nk.callbacks.StopRun)
+
+
+class _NothingToDo(_RUN_FINISHED):
+    """Raised by the Checkpoint when the checkpointed run already ended."""
 
 
 def _stateful(callback) -> bool:
@@ -312,6 +318,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     # ------------------------------------------------------------------ hooks
 
+    def __call__(self, step, log_data, driver):
+        # NetKet's older run loop (every driver of NetKet 3.21, the dynamics
+        # drivers of 3.22) calls callbacks as functions after each step: too
+        # late to resume, and without the hooks a checkpoint needs
+        raise UnsupportedNetKetError(
+            f"nkserde.Checkpoint: {type(driver).__name__}.run of NetKet {nk.__version__} calls "
+            f"callbacks as functions, without NetKet's callback hooks (NetKet >= 3.23 for TDVP, "
+            f">= 3.22 for the optimization drivers); save and load the driver with "
+            f"nkserde.save / nkserde.load instead")
+
     def on_run_start(self, step, driver):
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
@@ -358,7 +374,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._dirty_step = None
         self._completed = driver.step_count
         if self._nothing_to_do:  # raised here, once every callback has started
-            raise nk.callbacks.RunFinished(
+            raise _NothingToDo(
                 f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
         if self._interrupt_pending:  # Ctrl-C during the end of the step just completed
             self._interrupt_pending = False
@@ -445,7 +461,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         handled (None: the run reached its end)."""
         if not isinstance(stop, nk.callbacks.StopRun):
             return True, None
-        if isinstance(stop, nk.callbacks.RunFinished):  # the run reached its end (TDVP)
+        if isinstance(stop, _NothingToDo) or _RUN_FINISHED is not nk.callbacks.StopRun and \
+                isinstance(stop, _RUN_FINISHED):  # the run reached its end (TDVP)
             return True, None
         raiser, tb = None, stop.__traceback__
         while tb is not None:  # the innermost callback on the stack raised it

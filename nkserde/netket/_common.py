@@ -3,15 +3,36 @@
 from __future__ import annotations
 
 import copy
+import importlib
 
 from .. import registry
 
 
+def find(*dotted: str):
+    """The first of the named objects that exists in the installed
+    libraries (``"netket.logging.WandbLog"``), or None: registrations
+    detect what a NetKet release has, not its version number. The names
+    are nkserde's own, never read from a file."""
+    for name in dotted:
+        module, _, attr = name.rpartition(".")
+        try:
+            found = getattr(importlib.import_module(module), attr, None)
+        except ImportError:
+            found = None
+        if found is not None:
+            return found
+    return None
+
+
 def register_attributes(cls, name: str, fields: dict[str, str], *, version: int = 1,
                         doc: str = "", subclasses: bool = False, immutable: bool = False,
-                        adjust=None, dtype_from_file=()):
+                        adjust=None, dtype_from_file=(), optional=(), aliases=(), finish=None):
     """Registers ``cls`` as a record of attributes: ``fields`` maps the
-    nkserde field name to the attribute that holds it.
+    nkserde field name to the attribute that holds it. ``optional`` fields
+    are attributes only some library versions have (see
+    ``Registration.optional_fields``); an object without the attribute
+    does not store the field. ``finish(template, new) -> new``, if given,
+    completes the loaded object.
 
     Loading builds the new object from the template: ``template.replace(...)``
     for immutable pytrees, else a shallow copy with the restored attributes
@@ -21,21 +42,24 @@ def register_attributes(cls, name: str, fields: dict[str, str], *, version: int 
     layouts)."""
 
     def to_state(obj):
-        state = {key: getattr(obj, attr) for key, attr in fields.items()}
+        state = {key: getattr(obj, attr) for key, attr in fields.items()
+                 if key not in optional or hasattr(obj, attr)}
         return adjust(state) if adjust is not None else state
 
     def from_state(template, restored):
-        values = {attr: restored[key] for key, attr in fields.items()}
+        values = {attr: restored[key] for key, attr in fields.items() if key in restored}
         if immutable:
-            return template.replace(**values)
-        new = copy.copy(template)
-        for attr, value in values.items():
-            object.__setattr__(new, attr, value)
-        return new
+            new = template.replace(**values)
+        else:
+            new = copy.copy(template)
+            for attr, value in values.items():
+                object.__setattr__(new, attr, value)
+        return new if finish is None else finish(template, new)
 
     return registry.register(cls, name=name, version=version, to_state=to_state,
                              from_state=from_state, doc=doc, subclasses=subclasses,
-                             dtype_from_file=dtype_from_file)
+                             dtype_from_file=dtype_from_file, fields=tuple(fields),
+                             optional_fields=optional, aliases=aliases)
 
 
 def pytree_fields(cls) -> tuple[str, ...]:

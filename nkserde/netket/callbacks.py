@@ -1,40 +1,127 @@
 """Callbacks of ``netket.callbacks`` (EarlyStopping, ConvergenceStopping,
-...) and users' own: what a checkpoint keeps of them.
+InvalidLossStopping) and users' own: what a checkpoint keeps of them.
 
-A callback's fields that NetKet marks serializable are stored. On load only
-its *state* is taken from the file: the fields whose names start with ``_``
-(``EarlyStopping._best_val``, ``ConvergenceStopping._loss_window``, ...).
-Its public fields are its configuration (``patience``, ``Timeout.timeout``)
-and stay the template's, so a resubmitted job with a longer timeout or
-another patience uses the new value. A callback with no state field is not
-stored at all (see :func:`stateful`).
+Only a callback's *state* is stored and restored (the best loss so far, a
+patience counter); its configuration (``patience``, ``Timeout.timeout``)
+stays the template's, so a resubmitted job with a longer timeout or another
+patience uses the new value. A callback with no state is not stored at all
+(see :func:`stateful`).
+
+NetKet's own callbacks have nkserde schemas (NetKet moved them between
+modules in 3.22 and changed which fields it marks serializable); callbacks
+of other libraries and users' are stored as the fields their class marks
+serializable, restoring the underscored ones, under the class's module path
+(``__main__.MyCallback``), which nkserde compares and never imports.
 """
 
 from __future__ import annotations
+
+import collections
 
 import netket as nk
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import pytree_fields
+from ._common import find, pytree_fields
+
+_CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22
 
 
-def state_fields(cls) -> tuple[str, ...]:
-    return tuple(f for f in pytree_fields(cls) if f.startswith("_"))
+def _old_name(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _register_state(cls, fields: dict, *, version=1, optional=(), doc=""):
+    """A NetKet callback stored as ``fields`` (nkserde name -> attribute)."""
+
+    def to_state(obj):
+        return {k: getattr(obj, a) for k, a in fields.items() if k not in optional or hasattr(obj, a)}
+
+    def from_state(template, restored):
+        return template.replace(**{fields[k]: v for k, v in restored.items()})
+
+    registry.register(cls, name=f"netket.callbacks.{cls.__name__}", version=version,
+                      to_state=to_state, from_state=from_state, fields=tuple(fields),
+                      optional_fields=optional, aliases=(_old_name(cls),), doc=doc)
+
+
+_register_state(
+    nk.callbacks.EarlyStopping,
+    {"_best_val": "_best_val", "_best_iter": "_best_iter",
+     "_best_patience_counter": "_best_patience_counter"},
+    doc="_best_val: float, best loss so far; _best_iter: int, its step; "
+        "_best_patience_counter: int, steps since a better loss")
+
+_register_state(
+    nk.callbacks.InvalidLossStopping, {"_last_valid_iter": "_last_valid_iter"},
+    doc="_last_valid_iter: int, the last step with a finite loss")
+
+
+# ConvergenceStopping keeps its recent losses as a deque (NetKet 3.21, 3.22) or
+# as a fixed-length tuple and a fill count (3.23); the schema is the losses.
+
+
+def _recent_losses(obj) -> list:
+    window = obj._loss_window
+    if hasattr(obj, "_n_losses"):
+        return [float(x) for x in window[len(window) - obj._n_losses:]] if obj._n_losses else []
+    return [float(x) for x in window]
+
+
+def _convergence_to_state(obj) -> dict:
+    return {"recent_losses": _recent_losses(obj), "patience_counter": obj._patience_counter}
+
+
+def _convergence_from_state(template, restored):
+    losses = [float(x) for x in restored["recent_losses"]][-template.smoothing_window:]
+    if hasattr(template, "_n_losses"):
+        window = (0.0,) * (template.smoothing_window - len(losses)) + tuple(losses)
+        return template.replace(_loss_window=window, _n_losses=len(losses),
+                                _patience_counter=restored["patience_counter"])
+    return template.replace(_loss_window=collections.deque(losses, maxlen=template.smoothing_window),
+                            _patience_counter=restored["patience_counter"])
+
+
+registry.register(
+    nk.callbacks.ConvergenceStopping, name="netket.callbacks.ConvergenceStopping", version=2,
+    to_state=_convergence_to_state, from_state=_convergence_from_state,
+    fields=("recent_losses", "patience_counter"), free_fields=("recent_losses",),
+    aliases=(_old_name(nk.callbacks.ConvergenceStopping),),
+    doc="recent_losses: list of float, the last (at most smoothing_window) losses, oldest "
+        "first; patience_counter: int")
+
+
+@registry.migration("netket.callbacks.ConvergenceStopping", from_version=1)
+def _convergence_v1(fields):
+    # version 1: NetKet 3.23's own fields, a fixed-length window and its fill count
+    window, filled = list(fields.pop("_loss_window")), int(fields.pop("_n_losses"))
+    fields["recent_losses"] = window[len(window) - filled:] if filled else []
+    fields["patience_counter"] = fields.pop("_patience_counter")
+    return fields
 
 
 def stateful(callback) -> bool:
     """Whether a checkpoint keeps anything of ``callback``."""
     cls = type(callback)
-    return isinstance(callback, Pytree) and isinstance(callback, nk.callbacks.AbstractCallback) \
-        and bool(state_fields(cls))
+    if _CALLBACK_BASE is None or not isinstance(callback, _CALLBACK_BASE):
+        return False
+    reg = registry.lookup(cls)
+    if reg is None:
+        return False
+    return bool(reg.fields) if reg.fields else bool(_state_fields(cls))
+
+
+def _state_fields(cls) -> tuple[str, ...]:
+    return tuple(f for f in pytree_fields(cls) if f.startswith("_")) if issubclass(cls, Pytree) else ()
 
 
 def _callback_rule(cls):
-    if not (isinstance(cls, type) and issubclass(cls, nk.callbacks.AbstractCallback)
+    """Callbacks without a registration of their own (users', other
+    libraries'): the fields their class marks serializable."""
+    if not (_CALLBACK_BASE is not None and isinstance(cls, type) and issubclass(cls, _CALLBACK_BASE)
             and issubclass(cls, Pytree)):
         return None
-    fields, state = pytree_fields(cls), state_fields(cls)
+    fields, state = pytree_fields(cls), _state_fields(cls)
 
     def to_state(obj):
         return {f: getattr(obj, f) for f in fields}
@@ -42,11 +129,10 @@ def _callback_rule(cls):
     def from_state(template, restored):
         return template.replace(**{f: restored[f] for f in state})
 
-    # the name and fields are those the generic pytree rule gave callbacks
-    # before this rule existed, so older checkpoints load unchanged
+    name = f"netket.callbacks.{cls.__name__}" if cls.__module__.startswith("netket.") else _old_name(cls)
     return registry.Registration(
-        f"{cls.__module__}.{cls.__qualname__}", 1, to_state, from_state,
-        doc="NetKet callback: the fields NetKet marks serializable; on load the "
+        name, 1, to_state, from_state, aliases=(_old_name(cls),),
+        doc="callback: the fields its class marks serializable; on load the "
             "underscored ones (state) are restored, the others (configuration) are the template's")
 
 

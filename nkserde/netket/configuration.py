@@ -37,6 +37,6 @@ def _the_template(template, fields):
 
 for _cls, _name in _KINDS.items():
     registry.register(
-        _cls, name=_name, version=1, to_state=_nothing, from_state=_the_template,
+        _cls, name=_name, version=1, to_state=_nothing, from_state=_the_template, fields=(),
         subclasses=True,
         doc="no fields: configuration, taken from the template on load")

@@ -9,17 +9,44 @@ the template.
 from __future__ import annotations
 
 import copy
+import functools
 
 import netket as nk
 import netket.experimental as nkx
 
-from ._common import register_attributes as _register_attributes
+from .. import registry
+from ._common import find, register_attributes as _register_attributes
 
 
-def register_attributes(*args, **kwargs):
+def _without_cached_samples(vs):
+    # a copy without the cache: the MCState schema then stores the current
+    # sampler state
+    if isinstance(vs, nk.vqs.MCState) and vs._samples is not None:
+        vs = copy.copy(vs)
+        vs._samples = None
+    return vs
+
+
+_STATES = ("state", "target_state")
+
+
+def _as_next_step_sees_them(fields: dict) -> dict:
+    # Every driver step starts by resetting its variational states (VMC's
+    # reset_step, TDVP's ODE function, Infidelity_SR's target), so the next
+    # samples come from the *current* sampler state. Store that one: the
+    # MCState schema stores, while samples are cached (as after NetKet 3.22's
+    # dynamics loop), the state they were drawn from, which a resumed step
+    # would draw them again from.
+    return {k: _without_cached_samples(v) if k in _STATES else v for k, v in fields.items()}
+
+
+def register_attributes(cls, name, fields, **kwargs):
     # optax states can change dtype during a run (inject_hyperparams with
-    # parameters of mixed dtypes): a fresh template cannot know the new one
-    return _register_attributes(*args, dtype_from_file=("optimizer_state",), **kwargs)
+    # parameters of mixed dtypes): a fresh template cannot know the new one.
+    # The momentum buffer is an attribute of every driver only from NetKet 3.22.
+    optional = ("momentum",) * ("momentum" in fields) + kwargs.pop("optional", ())
+    return _register_attributes(cls, name, fields, dtype_from_file=("optimizer_state",),
+                                optional=optional, adjust=_as_next_step_sees_them, **kwargs)
 
 
 _COMMON = {
@@ -42,38 +69,64 @@ register_attributes(
 register_attributes(
     nk.driver.VMC_SR, "netket.driver.VMC_SR",
     dict(_OPTIMIZATION, loss_statistics="_loss_stats_online"), subclasses=True,
+    # NetKet 3.21 has no online statistics; 3.22 creates them at the first step
+    optional=("loss_statistics",),
     doc="state; optimizer_state; step: int; momentum: pytree or None (SPRING / "
-        "momentum buffer); loss_statistics: online MCMC statistics of the loss")
+        "momentum buffer); loss_statistics: online MCMC statistics of the loss "
+        "(netket.stats.OnlineStats; NetKet >= 3.22; diagnostics only)")
 
 _INFIDELITY = dict(_OPTIMIZATION, target_state="target_state")
 
 
-def _without_cached_samples(vs):
-    # Infidelity_SR resets the target state before every step, so its next
-    # samples are drawn from its *current* sampler state. The MCState schema
-    # stores the sampler state the cached samples were drawn from (so that a
-    # loaded state draws them again): drop the cache, on a copy, so the current
-    # sampler state is stored instead.
-    if isinstance(vs, nk.vqs.MCState) and vs._samples is not None:
-        vs = copy.copy(vs)
-        vs._samples = None
-    return vs
-
-
 register_attributes(
-    nk.driver.Infidelity_SR, "netket.driver.Infidelity_SR", _INFIDELITY, subclasses=True,
-    adjust=lambda f: {**f, "target_state": _without_cached_samples(f["target_state"])},
+    # public in netket.driver from NetKet 3.22, experimental before
+    find("netket.driver.Infidelity_SR", "netket.experimental.driver.Infidelity_SR"),
+    "netket.driver.Infidelity_SR", _INFIDELITY, subclasses=True,
     doc="state; optimizer_state; step: int; momentum: pytree or None; target_state: "
         "the target's variational state, with the sampler state its next samples are "
         "drawn from (the driver resamples the target at every step)")
 
-_DYNAMICS = dict(_COMMON, integrator="_integrator", last_update="_dw")
+# version 2: loss_stats, the generator's statistics of the last step, which
+# NetKet 3.22's dynamics loop logs at the start of the next run() call
+_DYNAMICS = dict(_COMMON, integrator="_integrator", last_update="_dw", loss_stats="_loss_stats")
+
+
+def _rebind_integrator(template, new):
+    """The integrator's ODE function (and a "qgt" error norm) are partials
+    bound to the driver and state that built them: the template's. Bind
+    them to the loaded driver, or its steps would compute through (and
+    update) the template."""
+    def rebind(fn):
+        if not isinstance(fn, functools.partial):
+            return fn
+        args = tuple(new.state if a is template.state else new if a is template else a
+                     for a in fn.args)
+        return functools.partial(fn.func, *args, **fn.keywords)
+
+    integrator = new._integrator
+    if integrator is not None:
+        new._integrator = integrator.replace(f=rebind(integrator.f), norm=rebind(integrator.norm))
+    return new
 
 register_attributes(
-    nkx.TDVP, "netket.experimental.TDVP", _DYNAMICS, subclasses=True,
+    nkx.TDVP, "netket.experimental.TDVP", _DYNAMICS, subclasses=True, finish=_rebind_integrator,
+    version=2,
     doc="state; step: int; integrator: Integrator (time, dt, error control); "
-        "last_update: parameter-shaped pytree, the linear solver's warm start")
+        "last_update: parameter-shaped pytree, the linear solver's warm start; "
+        "loss_stats: netket.stats.Stats of the generator at the last step, or None")
 
 register_attributes(
     nkx.driver.TDVPSchmitt, "netket.experimental.TDVPSchmitt", _DYNAMICS, subclasses=True,
+    finish=_rebind_integrator, version=2,
     doc="as TDVP")
+
+
+def _dynamics_v1(fields):
+    # version 1 did not store the last step's statistics: a resumed run
+    # recomputes them at its first step (NetKet 3.22 logs none at its start)
+    fields["loss_stats"] = None
+    return fields
+
+
+for _name in ("netket.experimental.TDVP", "netket.experimental.TDVPSchmitt"):
+    registry.migration(_name, from_version=1)(_dynamics_v1)

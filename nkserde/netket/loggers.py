@@ -20,6 +20,7 @@ import netket as nk
 from netket.utils.history import History, HistoryDict
 
 from .. import registry
+from ._common import find
 
 
 def _flatten(tree, path=()) -> list[dict]:
@@ -76,13 +77,14 @@ def _runtime_from_state(template, fields):
 registry.register(
     nk.logging.RuntimeLog, name="netket.logging.RuntimeLog", version=1,
     to_state=_runtime_to_state, from_state=_runtime_from_state, subclasses=True,
+    fields=("history", "last_step"),
     free_fields=("history", "last_step"),
     doc="history: list of time series (see module doc); last_step: the last logged step "
         "(int, or the time for dynamics drivers)")
 
 registry.register(
     nk.logging.JsonLog, name="netket.logging.JsonLog", version=1,
-    to_state=_runtime_to_state, from_state=_runtime_from_state,
+    to_state=_runtime_to_state, from_state=_runtime_from_state, fields=("history", "last_step"),
     free_fields=("history", "last_step"),
     doc="as RuntimeLog; the .log file is rewritten from the history on flush")
 
@@ -115,6 +117,7 @@ def _state_log_from_state(template, fields):
 registry.register(
     nk.logging.StateLog, name="netket.logging.StateLog", version=1,
     to_state=_state_log_to_state, from_state=_state_log_from_state,
+    fields=("last_step", "steps_not_saved", "next_file"),
     free_fields=("last_step",),
     doc="last_step; steps_not_saved: int; next_file: int, the number of the next state file. "
         "The state files themselves stay on disk and are kept")
@@ -147,8 +150,9 @@ def _hdf5_from_state(template, fields):
 
 
 registry.register(
-    nk.logging.HDF5Log, name="netket.logging.HDF5Log", version=1,
-    to_state=_hdf5_to_state, from_state=_hdf5_from_state, free_fields=("rows",),
+    # netket.experimental.logging before NetKet 3.22
+    find("netket.logging.HDF5Log", "netket.experimental.logging.HDF5Log"), name="netket.logging.HDF5Log", version=1,
+    to_state=_hdf5_to_state, from_state=_hdf5_from_state, free_fields=("rows",), fields=("rows",),
     doc="rows: {dataset path: number of rows at the checkpoint}; on resume the file's "
         "datasets are cut back to them (datasets first logged later are removed), then appended")
 
@@ -169,7 +173,7 @@ def _tensorboard_from_state(template, fields):
 
 registry.register(
     nk.logging.TensorBoardLog, name="netket.logging.TensorBoardLog", version=1,
-    to_state=_tensorboard_to_state, from_state=_tensorboard_from_state,
+    to_state=_tensorboard_to_state, from_state=_tensorboard_from_state, fields=("last_step",),
     free_fields=("last_step",),
     doc="last_step: the last logged step; the resumed writer purges the events after it")
 
@@ -193,10 +197,14 @@ def _tracking_from_state(template, fields):
     return new
 
 
-for _cls, _name in ((nk.logging.MLFlowLog, "netket.logging.MLFlowLog"),
-                    (nk.logging.WandbLog, "netket.logging.WandbLog")):
+# MLFlowLog exists from NetKet 3.22, WandbLog from 3.23
+for _name in ("netket.logging.MLFlowLog", "netket.logging.WandbLog"):
+    _cls = find(_name)
+    if _cls is None:
+        continue
     registry.register(
         _cls, name=_name, version=1, to_state=_tracking_to_state, from_state=_tracking_from_state,
+        fields=("run_id", "last_step", "steps_since_last_params"),
         free_fields=("run_id", "last_step"),
         doc="run_id: str or None, the tracking run to continue; last_step; "
             "steps_since_last_params: int")

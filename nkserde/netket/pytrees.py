@@ -1,22 +1,114 @@
-"""A rule for NetKet pytrees that have no registration of their own.
+"""NetKet's internal state objects, under stable names.
 
-Internal NetKet state objects (the online loss statistics of VMC_SR, solver
-states of the ODE integrators, Kahan sums, rule states of samplers, the SR
-preconditioner's warm start) are stored field by field, with exactly the
-fields NetKet itself marks as serializable, under the class's module path.
-Their schema is NetKet's; it is versioned as 1 and documented as opaque.
-The public objects a user checkpoints (variational states, sampler states,
-drivers, integrators) have nkserde schemas of their own instead.
+Objects a run changes that live inside drivers and samplers: the online loss
+statistics of VMC_SR, the Kahan-compensated time of the ODE integrators, the
+solver state of the Runge-Kutta methods, the rule states of the numpy
+samplers, the identity preconditioner. Each is stored under a name of
+nkserde's choosing (never the Python module path, which NetKet changes
+between releases: files written by nkserde before 0.2 used module paths,
+kept as aliases) with the fields listed in docs/schema.md.
+
+A NetKet pytree without a registration (one added by a later NetKet) is
+stored by the fallback rule at the end: the fields NetKet marks
+serializable, under ``netket.pytree.<ClassName>``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+import jax.numpy as jnp
+import numpy as np
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import pytree_fields
+from ._common import find, pytree_fields
+
+
+def _old_name(cls) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _register_record(cls, name, fields: tuple, *, doc, from_fields=None):
+    """``cls`` (a NetKet Pytree or dataclass) stored as the attributes
+    ``fields``, loaded with ``replace``."""
+    if cls is None:
+        return
+
+    def to_state(obj):
+        return {f: getattr(obj, f) for f in fields}
+
+    def from_state(template, restored):
+        if isinstance(template, Pytree):
+            return template.replace(**restored)
+        return dataclasses.replace(template, **restored)
+
+    registry.register(cls, name=name, version=1, to_state=to_state, from_state=from_state,
+                      fields=fields, aliases=(_old_name(cls),), doc=doc, from_fields=from_fields)
+
+
+_register_record(
+    find("netket.utils.summation.KahanSum", "netket.utils.KahanSum"), "netket.utils.KahanSum",
+    ("value", "compensator"),
+    doc="value: float scalar, the sum; compensator: float scalar, the running rounding error")
+
+_register_record(
+    find("netket.experimental.dynamics._solver.AbstractSolverState"),
+    "netket.experimental.dynamics.SolverState", (),
+    doc="no fields: the Runge-Kutta methods keep no state between steps")
+
+_register_record(
+    find("netket.optimizer.preconditioner.IdentityPreconditioner"),
+    "netket.optimizer.IdentityPreconditioner", (),
+    doc="no fields (VMC without a preconditioner)")
+
+for _cls_name, _fields in (("LocalRuleState", ("local_states",)),
+                           ("HamiltonianRuleState", ("sections",)),
+                           ("CustomRuleState", ("sections", "rand_op_n", "weight_cumsum"))):
+    _module = {"LocalRuleState": "local_numpy", "HamiltonianRuleState": "hamiltonian_numpy",
+               "CustomRuleState": "custom_numpy"}[_cls_name]
+    _register_record(
+        find(f"netket.sampler.rules.{_module}.{_cls_name}"), f"netket.sampler.rules.{_cls_name}",
+        _fields, doc="numpy sampler rule state: " + ", ".join(_fields) + " (numpy arrays)")
+
+
+# VMC_SR's online loss statistics (NetKet >= 3.22) ------------------------------
+
+_ONLINE_STATS_FIELDS = ("_decay", "_chain_count", "_chain_mean", "_chain_M2", "_cross_sum",
+                        "_m1_sum", "_m2_sum", "_pair_count", "_chain_buf", "_n_samples_total",
+                        "_buf_len")
+_OnlineStats = find("netket.stats.OnlineStats",
+                    "netket._src.stats.online_stats.accumulator.OnlineStats")
+
+
+def _online_stats_from_fields(fields):
+    # NetKet 3.22 creates the statistics at the first step: a fresh driver's
+    # template holds None, so the object is rebuilt from its fields.
+    # (max_lag, not stored, is the width of the lag buffer)
+    n_chains, max_lag = np.shape(fields["_chain_buf"])
+    empty = _OnlineStats(n_chains, jnp.asarray(fields["_chain_mean"]).dtype, max_lag=max_lag)
+    return empty.replace(**fields)
+
+
+_register_record(
+    _OnlineStats, "netket.stats.OnlineStats", _ONLINE_STATS_FIELDS,
+    from_fields=_online_stats_from_fields,
+    doc="NetKet's streaming MCMC statistics: _decay: float or None; _chain_count, _chain_mean, "
+        "_chain_M2: [n_chains]; _cross_sum, _m1_sum, _m2_sum, _pair_count: [n_chains, max_lag+1]; "
+        "_chain_buf: [n_chains, max_lag]; _n_samples_total: int; _buf_len: int32 scalar")
+
+
+# Monte Carlo statistics (a driver's loss of the last step) -----------------------
+
+_register_record(
+    find("netket.stats.Stats"), "netket.stats.Stats",
+    ("mean", "error_of_mean", "variance", "tau_corr", "R_hat", "tau_corr_max"),
+    from_fields=lambda fields: find("netket.stats.Stats")(**fields),
+    doc="mean, error_of_mean, variance, tau_corr, R_hat, tau_corr_max: scalars (mean complex "
+        "or real)")
+
+
+# Fallback ---------------------------------------------------------------------
 
 
 def _netket_pytree_rule(cls):
@@ -35,9 +127,11 @@ def _netket_pytree_rule(cls):
             return template.replace(**restored)
         return dataclasses.replace(template, **restored)
 
+    top = cls.__module__.split(".")[0]
+    name = f"{top}.pytree.{cls.__qualname__}" if top == "netket" else _old_name(cls)
     return registry.Registration(
-        f"{cls.__module__}.{cls.__qualname__}", 1, to_state, from_state,
-        doc="opaque NetKet pytree: the fields NetKet marks serializable: " + ", ".join(fields))
+        name, 1, to_state, from_state, aliases=(_old_name(cls),),
+        doc="opaque pytree: the fields its library marks serializable: " + ", ".join(fields))
 
 
 registry.add_rule(_netket_pytree_rule)

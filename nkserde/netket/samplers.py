@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import netket as nk
 import numpy as np
 from netket.sampler.autoreg import ARDirectSamplerState
@@ -47,8 +48,9 @@ def _chains_resizable(state: dict) -> dict:
 
 
 def _register_metropolis(cls, name, fields, *, doc, subclasses=False):
+    # version 2: log_prob is always stored (see _metropolis_v1)
     return register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc,
-                               adjust=_chains_resizable)
+                               adjust=_chains_resizable, version=2)
 
 
 _register_metropolis(
@@ -71,6 +73,30 @@ _register_metropolis(
     _PARALLEL_TEMPERING,
     doc="Metropolis fields (chains: [n_chains * n_replicas, N], log_prob: [n_chains * n_replicas]) "
         "plus betas, beta_0_index, beta_position, beta_diffusion, n_exchange_steps, n_accepted_per_beta")
+
+def _metropolis_v1(fields, context):
+    """Version 1 files written before nkserde stored ``log_prob`` (before
+    commit 9f5299c) lack it. It is ``machine_pow * Re log psi(chains)`` of the
+    model at the restored parameters: recomputed from the enclosing
+    variational state, exactly as NetKet's ``sampler.reset`` does."""
+    if fields.get("log_prob") is not None:
+        return fields
+    state = context.enclosing(nk.vqs.MCState)
+    if state is None or "parameters" not in state.restored:
+        raise context.needs("the variational state that holds this sampler state (its model and "
+                            "parameters give log_prob): load the MCState or driver, with a template")
+    template, restored = state.template, state.restored
+    variables = {"params": restored["parameters"], **restored["model_state"]}
+    chains = np.asarray(fields["chains"])
+    log_psi = jax.jit(template._apply_fun)(variables, chains.reshape(-1, chains.shape[-1]))
+    log_prob = template.sampler.machine_pow * np.asarray(log_psi).real
+    fields["log_prob"] = log_prob.reshape(chains.shape[:-1])
+    return fields
+
+
+for _name in ("netket.sampler.MetropolisSamplerState", "netket.sampler.ParallelTemperingSamplerState"):
+    registry.migration(_name, from_version=1)(_metropolis_v1)
+
 
 register_attributes(
     ExactSamplerState, "netket.sampler.ExactSamplerState", {"rng": "rng"}, immutable=True,
@@ -115,7 +141,7 @@ def _numpy_state_from_state(template, fields):
 
 registry.register(
     MetropolisNumpySamplerState, name="netket.sampler.MetropolisNumpySamplerState", version=1,
-    to_state=_numpy_state_to_state, from_state=_numpy_state_from_state,
+    to_state=_numpy_state_to_state, from_state=_numpy_state_from_state, fields=tuple(_NUMPY),
     doc="chains: [n_chains, N]; log_prob: [n_chains]; rng: numpy.random.Generator; "
         "n_steps, n_accepted: int; rule_state")
 
@@ -141,4 +167,5 @@ def _generator_from_state(template: np.random.Generator, fields):
 registry.register(
     np.random.Generator, name="numpy.random.Generator", version=1,
     to_state=_generator_to_state, from_state=_generator_from_state,
+    fields=("bit_generator", "state"),
     doc="bit_generator: str (e.g. PCG64); state: numpy's bit_generator.state dict")

@@ -31,6 +31,9 @@ def _join_variables(parameters, model_state) -> dict:
 
 # MCState ----------------------------------------------------------------------
 
+_MC_FIELDS = ("parameters", "model_state", "sampler_state", "sampler_seed", "n_samples",
+              "n_discard_per_chain", "chunk_size")
+
 
 def _mc_to_state(vs: nk.vqs.MCState) -> dict:
     parameters, model_state = _split_variables(vs.variables)
@@ -63,7 +66,7 @@ def _mc_from_state(template: nk.vqs.MCState, f: dict) -> nk.vqs.MCState:
 
 registry.register(
     nk.vqs.MCState, name="netket.vqs.MCState", version=1,
-    to_state=_mc_to_state, from_state=_mc_from_state, subclasses=True,
+    to_state=_mc_to_state, from_state=_mc_from_state, subclasses=True, fields=_MC_FIELDS,
     dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; sampler_state; "
         "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None "
@@ -96,6 +99,7 @@ def _mixed_from_state(template: nk.vqs.MCMixedState, f: dict) -> nk.vqs.MCMixedS
 registry.register(
     nk.vqs.MCMixedState, name="netket.vqs.MCMixedState", version=1,
     to_state=_mixed_to_state, from_state=_mixed_from_state, subclasses=True,
+    fields=_MC_FIELDS + ("diagonal",),
     dtype_from_file=("model_state",),
     doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)")
 
@@ -118,6 +122,7 @@ def _fullsum_from_state(template: nk.vqs.FullSumState, f: dict) -> nk.vqs.FullSu
 registry.register(
     nk.vqs.FullSumState, name="netket.vqs.FullSumState", version=1,
     to_state=_fullsum_to_state, from_state=_fullsum_from_state, subclasses=True,
+    fields=("parameters", "model_state", "chunk_size"),
     dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None "
         "(the writing run's; a load keeps the template's)")
