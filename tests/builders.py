@@ -116,17 +116,19 @@ def params_bytes(driver):
 # Crashes and resumes ------------------------------------------------------------
 
 
-class CrashAt(nk.callbacks.AbstractCallback):
-    """Raises at the start of step ``at``, like a job killed between steps."""
+# NetKet 3.21 has no callback API (and nkserde no Checkpoint there)
+if hasattr(nk.callbacks, "AbstractCallback"):
+    class CrashAt(nk.callbacks.AbstractCallback):
+        """Raises at the start of step ``at``, like a job killed between steps."""
 
-    at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
+        at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
 
-    def __init__(self, at):
-        self.at = at
+        def __init__(self, at):
+            self.at = at
 
-    def on_step_start(self, step, log_data, driver):
-        if driver.step_count == self.at:
-            raise RuntimeError(f"crash at {self.at}")
+        def on_step_start(self, step, log_data, driver):
+            if driver.step_count == self.at:
+                raise RuntimeError(f"crash at {self.at}")
 
 
 def crash_then_resume(build, directory, n_steps, crash_at, make_out=lambda: None, **options):

@@ -1,0 +1,111 @@
+"""The schema manifest: every registration's name, version and fields, and
+the file format version, as data.
+
+``tests/fixtures/schema_manifest.json`` holds the manifest of every schema
+version nkserde ever wrote (a history: an entry is added for a new version,
+never changed). ``tests/test_schema_manifest.py`` compares it with this
+install's registrations and fails when fields change without a version bump
+or a version is bumped without a migration. After a deliberate bump (with
+its migration), record the new version with::
+
+    python -m nkserde.schema --update tests/fixtures/schema_manifest.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from . import registry
+from .format import FORMAT_VERSION
+
+
+def current() -> dict:
+    """``{"format_version": int, "types": {name: {"version": v, "fields":
+    [...], "optional": [...]}}}`` of the registrations that declare their
+    fields in this install (types of libraries that are not installed, or
+    that this NetKet lacks, are absent)."""
+    types = {}
+    for reg in registry.registrations().values():
+        if reg.fields is None:
+            continue
+        types[reg.name] = {"version": reg.version, "fields": sorted(reg.fields),
+                           "optional": sorted(reg.optional_fields)}
+    return {"format_version": FORMAT_VERSION, "types": dict(sorted(types.items()))}
+
+
+def differences(history: dict, now: dict | None = None) -> list[str]:
+    """What ``now`` (default: :func:`current`) changed against the recorded
+    ``history`` (``{"format_versions": [...], "types": {name: {version:
+    entry}}}``) without the version bump and migration it needs. Empty when
+    the two agree."""
+    now = current() if now is None else now
+    problems = []
+    if now["format_version"] not in history["format_versions"]:
+        problems.append(f"file format version {now['format_version']} is not recorded "
+                        f"(recorded: {history['format_versions']}); add it with --update")
+    migrations = registry.migrations()
+    for name, entry in now["types"].items():
+        versions = history["types"].get(name, {})
+        recorded = versions.get(str(entry["version"]))
+        if recorded is None:
+            problems.append(f"{name} version {entry['version']} is not recorded; add it with "
+                            f"--update (after adding migrations from the older versions)")
+        elif (recorded["fields"], recorded["optional"]) != (entry["fields"], entry["optional"]):
+            added = sorted(set(entry["fields"]) - set(recorded["fields"]))
+            removed = sorted(set(recorded["fields"]) - set(entry["fields"]))
+            problems.append(
+                f"{name} version {entry['version']}: fields changed without a version bump "
+                f"(added {added}, removed {removed}, optional {recorded['optional']} -> "
+                f"{entry['optional']}): bump the version and register a migration")
+        for older in sorted(int(v) for v in versions):
+            if older < entry["version"] and (name, older) not in migrations:
+                problems.append(f"{name}: no migration from recorded version {older} "
+                                f"(current {entry['version']})")
+    return problems
+
+
+def updated(history: dict, now: dict | None = None) -> dict:
+    """``history`` with the versions of ``now`` it lacks added; refuses to
+    change a recorded version (that would be a silent schema change)."""
+    now = current() if now is None else now
+    out = {"format_versions": sorted(set(history.get("format_versions", [])) | {now["format_version"]}),
+           "types": {name: dict(v) for name, v in history.get("types", {}).items()}}
+    for name, entry in now["types"].items():
+        versions = out["types"].setdefault(name, {})
+        recorded = versions.get(str(entry["version"]))
+        body = {"fields": entry["fields"], "optional": entry["optional"]}
+        if recorded is not None and recorded != body:
+            raise SystemExit(f"{name} version {entry['version']} is recorded with other fields: "
+                             f"bump its version instead of changing a recorded one")
+        versions[str(entry["version"])] = body
+    out["types"] = {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
+                    for k, v in sorted(out["types"].items())}
+    return out
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--update":
+        import netket  # noqa: F401  (the NetKet registrations)
+
+        import nkserde  # noqa: F401
+
+        try:
+            with open(argv[1]) as f:
+                history = json.load(f)
+        except FileNotFoundError:
+            history = {}
+        with open(argv[1], "w") as f:
+            json.dump(updated(history), f, indent=1)
+            f.write("\n")
+        return 0
+    import nkserde  # noqa: F401
+
+    json.dump(current(), sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
