@@ -11,6 +11,7 @@ Public API::
     nkserde.verify(path)                 -> info, after checking every checksum
     nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
     nkserde.migration(name, from_version)
+    nkserde.migrate(src, dst=None)       -> rewrites a file at today's format and schemas
     nkserde.per_process(value, derive=None)   in a to_state: a value each JAX process has its own of
     nkserde.errors
     nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
@@ -21,6 +22,7 @@ from . import errors
 from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
                   state_dict, verify)
 from .parts import per_process
+from .file_migration import migrate
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402
 from .netket._common import find as _find  # noqa: E402,F401
@@ -31,5 +33,5 @@ else:  # NetKet 3.21: no callback API to hook a checkpoint into
     from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migration", "per_process", "register", "save",
+__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migrate", "migration", "per_process", "register", "save",
            "save_state_dict", "state_dict", "verify"]

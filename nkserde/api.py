@@ -14,7 +14,7 @@ import jax
 
 from . import directory, tree
 from . import format as fileformat
-from .errors import NkserdeError
+from .errors import NkserdeError, UnsupportedVersionError
 from .tree import TYPE
 from .parts import PerProcess, Primary
 
@@ -64,6 +64,24 @@ def _root_type(state, fallback: str) -> str:
     return fallback
 
 
+def new_meta(state, root_type: str) -> dict:
+    """The metadata of a file written now holding ``state``."""
+    return {
+        **_library_versions(),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "process_count": jax.process_count(),
+        "root_type": _root_type(state, root_type),
+        "types": _types(state, {}),
+    }
+
+
+def written_by(meta) -> str:
+    """`` (written by nkserde X with NetKet Y)`` from a file's metadata."""
+    if not isinstance(meta, dict):
+        return ""
+    return f" (the file was written by nkserde {meta.get('nkserde')} with NetKet {meta.get('netket')})"
+
+
 def save(obj, path) -> Path:
     """Writes ``obj`` to ``path`` as one nkserde file, atomically: after a
     crash at any point ``path`` holds either its previous content or the
@@ -90,13 +108,7 @@ def save_state_dict_steps(state, path, *, root_type: str | None = None):
     background writer that falls behind is finished by the run's thread).
     In a run of several processes the whole collective write is one step."""
     path = Path(path)
-    meta = {
-        **_library_versions(),
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "process_count": jax.process_count(),
-        "root_type": _root_type(state, root_type or type(state).__name__),
-        "types": _types(state, {}),
-    }
+    meta = new_meta(state, root_type or type(state).__name__)
     if jax.process_count() > 1:
         from .distributed import JaxCommunicator
         from .format.writer import write_file_together
@@ -120,20 +132,40 @@ def load(template, path):
     mutated. Raises FileNotFoundError, or an ``nkserde.errors`` exception
     naming the file, the path inside the object, and what differs.
 
-    ``path`` may also be a checkpoint written by :class:`nkserde.Checkpoint`
+    ``path`` may also be a file NetKet wrote: a flax ``.mpack`` of a
+    variational state or of its variables, or an nqxpack file (see
+    ``nkserde/netket_files.py``), recognised by its content. Or a
+    checkpoint written by :class:`nkserde.Checkpoint`
     (the driver it holds is loaded), or a checkpoint directory: its newest
     checkpoint that verifies is loaded (a directory of ``checkpointed(...)``
     with one ``run-<i>`` subdirectory stands for that subdirectory)."""
     path = Path(path)
     if path.is_dir():
         path = directory.newest_verified(path)
-    _, state = fileformat.read_file(path)
+    if _netket_file(path):
+        from . import netket_files
+
+        return netket_files.load(template, path)
+    header, state = fileformat.read_file(path)
     if _is_checkpoint(state) and not _is_checkpoint_template(template):
         state = state["driver"]
     try:
         return tree.from_state_dict(template, state)
+    except UnsupportedVersionError as exc:
+        raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
     except NkserdeError as exc:
         raise type(exc)(f"{path}: {exc}") from None
+
+
+def _netket_file(path: Path) -> bool:
+    """A file NetKet wrote (flax .mpack, nqxpack), by its first bytes."""
+    with open(path, "rb") as f:
+        head = f.read(len(fileformat.MAGIC))
+    if head == fileformat.MAGIC:
+        return False
+    from . import netket_files
+
+    return netket_files.kind(path) is not None
 
 
 def _is_checkpoint(state) -> bool:

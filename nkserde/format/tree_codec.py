@@ -56,6 +56,8 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
         return {k: enc(v, k) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return [enc(v, i) for i, v in enumerate(tree)]
+    if isinstance(tree, ProcessValues):
+        return _encode_process_values(tree, arrays, paths, _path)
     if isinstance(tree, PerProcess):
         inner = encode(tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path,
                        _stacked=True, deferred=deferred)
@@ -81,6 +83,38 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
     if isinstance(tree, complex):
         return {COMPLEX: [tree.real, tree.imag]}
     raise TypeError(f"cannot store a value of type {type(tree).__name__} in the header")
+
+
+def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> dict:
+    """Every process's value as read from a file, written again by one
+    process (a migration): the arrays at one place of every value are
+    stacked into one ``[P, ...]`` array, as the processes' writes make it."""
+    encoded = []  # (subtree, its arrays) of each process
+    for value in tree.values:
+        rows: list = []
+        encoded.append((encode(value, rows, _path=path), rows))
+    if any(len(rows) != len(encoded[0][1]) for _, rows in encoded):
+        raise TypeError(f"{path}: per-process values of different structures")
+    first = len(arrays)
+    for j in range(len(encoded[0][1])):
+        column = [rows[j] for _, rows in encoded]
+        if any(isinstance(a, GlobalArray) or a.shape != column[0].shape or a.dtype != column[0].dtype
+               for a in column):
+            raise TypeError(f"{path}: per-process arrays of different shapes or dtypes")
+        arrays.append(np.stack(column))
+        if paths is not None:
+            paths.append(path)
+
+    def restack(node):
+        if isinstance(node, dict):
+            if len(node) == 1 and ARRAY in node:
+                return {STACKED: first + node[ARRAY]}
+            return {k: restack(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [restack(v) for v in node]
+        return node
+
+    return {PER_PROCESS: [restack(sub) for sub, _ in encoded]}
 
 
 def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> None:

@@ -89,7 +89,7 @@ def _metropolis_v1(fields, context):
     variables = {"params": restored["parameters"], **restored["model_state"]}
     chains = np.asarray(fields["chains"])
     log_psi = jax.jit(template._apply_fun)(variables, chains.reshape(-1, chains.shape[-1]))
-    log_prob = template.sampler.machine_pow * np.asarray(log_psi).real
+    log_prob = np.asarray(template.sampler.machine_pow * np.asarray(log_psi).real)
     fields["log_prob"] = log_prob.reshape(chains.shape[:-1])
     return fields
 
