@@ -324,11 +324,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # late to resume, and without the hooks a checkpoint needs
         raise UnsupportedNetKetError(
             f"nkserde.Checkpoint: {type(driver).__name__}.run of NetKet {nk.__version__} calls "
-            f"callbacks as functions, without NetKet's callback hooks (NetKet >= 3.23 for TDVP, "
-            f">= 3.22 for the optimization drivers); save and load the driver with "
-            f"nkserde.save / nkserde.load instead")
+            f"callbacks as functions, without NetKet's callback hooks (NetKet >= 3.23); save "
+            f"and load the driver with nkserde.save / nkserde.load instead")
 
     def on_run_start(self, step, driver):
+        if _target(driver) is None:
+            # NetKet 3.22's loop counts n_iter from the step count *after*
+            # on_run_start: a resumed run would do n_iter more steps
+            raise UnsupportedNetKetError(
+                f"nkserde.Checkpoint needs a run loop that fixes its final step before "
+                f"on_run_start (NetKet >= 3.23); {type(driver).__name__}.run of NetKet "
+                f"{nk.__version__} does not. Save and load the driver with nkserde.save / "
+                f"nkserde.load instead")
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
             callbacks = _run_callbacks()
