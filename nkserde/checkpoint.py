@@ -75,6 +75,34 @@ class _NothingToDo(_RUN_FINISHED):
     """Raised by the Checkpoint when the checkpointed run already ended."""
 
 
+class _ReachedTarget(_RUN_FINISHED):
+    """Raised by the Checkpoint where NetKet's loop does not stop a resumed
+    run at the end of the run() call itself (NetKet 3.22)."""
+
+
+def _fix_target_step(driver) -> int:
+    """NetKet 3.23 fixes where a run() call ends (``_target_step``) before
+    ``on_run_start``, so a callback that restores ``step_count`` there moves
+    the start and not the end. NetKet 3.22's loop counts ``n_iter`` from the
+    step count after ``on_run_start``: the end is fixed here from the
+    ``n_iter`` of the running ``run`` call (the one NetKet-private fact this
+    needs: the argument's name), and returned: the Checkpoint stops the run
+    there."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "run" and frame.f_locals.get("self") is driver:
+            n_iter = frame.f_locals.get("n_iter")
+            if isinstance(n_iter, int) and not isinstance(n_iter, bool):
+                # what NetKet 3.23 sets; _asks_for_more and the checkpoint's target read it
+                object.__setattr__(driver, "_target_step", driver.step_count + n_iter)
+                return driver._target_step
+        frame = frame.f_back
+    raise UnsupportedNetKetError(
+        f"nkserde.Checkpoint: cannot tell where {type(driver).__name__}.run of NetKet "
+        f"{nk.__version__} ends (no n_iter in its run call); save and load the driver with "
+        f"nkserde.save / nkserde.load instead")
+
+
 def _stateful(callback) -> bool:
     """Callbacks whose state nkserde stores (see nkserde.netket.callbacks)."""
     return stateful(callback) and not isinstance(callback, Checkpoint)
@@ -255,6 +283,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _active: bool = struct.field(pytree_node=False, serialize=False)
     _dirty_step: int | None = struct.field(pytree_node=False, serialize=False)
     _nothing_to_do: bool = struct.field(pytree_node=False, serialize=False)
+    _end_step: int | None = struct.field(pytree_node=False, serialize=False)
     _candidate: Any = struct.field(pytree_node=False, serialize=False)
     _interrupt_pending: bool = struct.field(pytree_node=False, serialize=False)
 
@@ -283,6 +312,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._active = False
         self._dirty_step = None  # the step whose update has begun, until it completes
         self._nothing_to_do = False  # resumed the final checkpoint of a stopped run
+        self._end_step = None  # where to stop a loop that would run past its end (NetKet 3.22)
         self._candidate = None  # (path, state dict) process 0 verified at start
         self._interrupt_pending = False  # Ctrl-C deferred to the end of the step
 
@@ -328,14 +358,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             f"and load the driver with nkserde.save / nkserde.load instead")
 
     def on_run_start(self, step, driver):
-        if _target(driver) is None:
-            # NetKet 3.22's loop counts n_iter from the step count *after*
-            # on_run_start: a resumed run would do n_iter more steps
-            raise UnsupportedNetKetError(
-                f"nkserde.Checkpoint needs a run loop that fixes its final step before "
-                f"on_run_start (NetKet >= 3.23); {type(driver).__name__}.run of NetKet "
-                f"{nk.__version__} does not. Save and load the driver with nkserde.save / "
-                f"nkserde.load instead")
+        self._end_step = _fix_target_step(driver) if _target(driver) is None else None
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
             callbacks = _run_callbacks()
@@ -380,6 +403,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # counted it: the driver is exactly `step_count` steps in.
         self._dirty_step = None
         self._completed = driver.step_count
+        if self._end_step is not None and driver.step_count >= self._end_step:
+            # NetKet 3.22's loop, resumed, would run on past the end (see
+            # _fix_target_step)
+            raise _ReachedTarget(f"step {driver.step_count}, the end of this run() call")
         if self._nothing_to_do:  # raised here, once every callback has started
             raise _NothingToDo(
                 f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
@@ -468,7 +495,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         handled (None: the run reached its end)."""
         if not isinstance(stop, nk.callbacks.StopRun):
             return True, None
-        if isinstance(stop, _NothingToDo) or _RUN_FINISHED is not nk.callbacks.StopRun and \
+        if isinstance(stop, (_NothingToDo, _ReachedTarget)) or _RUN_FINISHED is not nk.callbacks.StopRun and \
                 isinstance(stop, _RUN_FINISHED):  # the run reached its end (TDVP)
             return True, None
         raiser, tb = None, stop.__traceback__
