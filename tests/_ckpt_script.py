@@ -75,7 +75,7 @@ def say(line: str) -> None:
 
 
 def checkpoint():
-    return CHECKPOINT() if callable(CHECKPOINT) else CHECKPOINT
+    return CHECKPOINT if isinstance(CHECKPOINT, nkserde.Checkpoint) or CHECKPOINT is None else CHECKPOINT()
 
 
 def digest(driver) -> str:

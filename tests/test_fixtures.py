@@ -35,6 +35,14 @@ CHECKPOINTS = [w for w in WRITERS
 HAS_CHECKPOINT = hasattr(nk.callbacks, "AbstractCallback")
 
 
+def _runs_here(name) -> bool:
+    """Whether this NetKet runs the scenario at all: its own fixture
+    directory records what its writer could not run (NetKet 3.21's SR and
+    VMC_SR call jax APIs that jax 0.10 removed)."""
+    own = FIXTURES / f"netket-{nk.__version__}" / "expected.json"
+    return not own.exists() or "skipped" not in json.loads(own.read_text())["scenarios"][name]
+
+
 def _expected(writer):
     return json.loads((FIXTURES / writer / "expected.json").read_text())
 
@@ -59,6 +67,12 @@ def test_fixture_loads_and_continues(writer, name):
     assert scenarios.parameters_sha(loaded) == case["parameters_sha"]
     if case["step"] is not None:
         assert loaded.step_count == case["step"]
+    if not _runs_here(name):
+        # loaded bit for bit (above); continuing fails inside NetKet itself,
+        # exactly as it did for this NetKet's own writer
+        with pytest.raises(Exception):
+            scenario.proceed(loaded)
+        return
     got = scenario.proceed(loaded)
     assert len(got) and np.all(np.isfinite(got))
     if expected["netket"] == nk.__version__:

@@ -31,7 +31,13 @@ def _old_name(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _register_state(cls, fields: dict, *, version=1, optional=(), doc=""):
+def _nkserde_01_name(cls, module: str) -> str:
+    """The name nkserde 0.1 wrote: the module path under NetKet 3.23, the
+    only NetKet it supported (whatever NetKet reads the file now)."""
+    return f"netket._src.callbacks.{module}.{cls.__name__}"
+
+
+def _register_state(cls, fields: dict, *, module: str, version=1, optional=(), doc=""):
     """A NetKet callback stored as ``fields`` (nkserde name -> attribute)."""
 
     def to_state(obj):
@@ -42,18 +48,19 @@ def _register_state(cls, fields: dict, *, version=1, optional=(), doc=""):
 
     registry.register(cls, name=f"netket.callbacks.{cls.__name__}", version=version,
                       to_state=to_state, from_state=from_state, fields=tuple(fields),
-                      optional_fields=optional, aliases=(_old_name(cls),), doc=doc)
+                      optional_fields=optional, aliases=(_nkserde_01_name(cls, module),), doc=doc)
 
 
 _register_state(
     nk.callbacks.EarlyStopping,
     {"_best_val": "_best_val", "_best_iter": "_best_iter",
-     "_best_patience_counter": "_best_patience_counter"},
+     "_best_patience_counter": "_best_patience_counter"}, module="early_stopping",
     doc="_best_val: float, best loss so far; _best_iter: int, its step; "
         "_best_patience_counter: int, steps since a better loss")
 
 _register_state(
     nk.callbacks.InvalidLossStopping, {"_last_valid_iter": "_last_valid_iter"},
+    module="invalid_loss_stopping",
     doc="_last_valid_iter: int, the last step with a finite loss")
 
 
@@ -86,7 +93,7 @@ registry.register(
     nk.callbacks.ConvergenceStopping, name="netket.callbacks.ConvergenceStopping", version=2,
     to_state=_convergence_to_state, from_state=_convergence_from_state,
     fields=("recent_losses", "patience_counter"), free_fields=("recent_losses",),
-    aliases=(_old_name(nk.callbacks.ConvergenceStopping),),
+    aliases=(_nkserde_01_name(nk.callbacks.ConvergenceStopping, "convergence_stopping"),),
     doc="recent_losses: list of float, the last (at most smoothing_window) losses, oldest "
         "first; patience_counter: int")
 

@@ -29,9 +29,11 @@ def _old_name(cls) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _register_record(cls, name, fields: tuple, *, doc, from_fields=None):
+def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_name=None):
     """``cls`` (a NetKet Pytree or dataclass) stored as the attributes
-    ``fields``, loaded with ``replace``."""
+    ``fields``, loaded with ``replace``. ``old_name``: what nkserde 0.1 wrote
+    (the module path under NetKet 3.23, the only NetKet it supported;
+    default: the class's module path, where NetKet never moved it)."""
     if cls is None:
         return
 
@@ -44,7 +46,8 @@ def _register_record(cls, name, fields: tuple, *, doc, from_fields=None):
         return dataclasses.replace(template, **restored)
 
     registry.register(cls, name=name, version=1, to_state=to_state, from_state=from_state,
-                      fields=fields, aliases=(_old_name(cls),), doc=doc, from_fields=from_fields)
+                      fields=fields, aliases=(old_name or _old_name(cls),), doc=doc,
+                      from_fields=from_fields)
 
 
 _register_record(
@@ -93,6 +96,7 @@ def _online_stats_from_fields(fields):
 _register_record(
     _OnlineStats, "netket.stats.OnlineStats", _ONLINE_STATS_FIELDS,
     from_fields=_online_stats_from_fields,
+    old_name="netket._src.stats.online_stats.accumulator.OnlineStats",
     doc="NetKet's streaming MCMC statistics: _decay: float or None; _chain_count, _chain_mean, "
         "_chain_M2: [n_chains]; _cross_sum, _m1_sum, _m2_sum, _pair_count: [n_chains, max_lag+1]; "
         "_chain_buf: [n_chains, max_lag]; _n_samples_total: int; _buf_len: int32 scalar")
