@@ -166,15 +166,20 @@ _RULE_CACHE: dict[type, Any] = {}
 def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
              from_state: FromState, subclasses: bool = False, doc: str = "",
              free_fields=(), dtype_from_file=(), fields=None, optional_fields=(),
-             aliases=(), from_fields=None) -> Registration:
+             aliases=(), from_fields=None, override: bool = False) -> Registration:
     """Registers ``cls`` (and, with ``subclasses=True``, its subclasses that
-    have no registration of their own). Re-registering a type replaces it.
-    See :class:`Registration` for the other arguments. Returns the
+    have no registration of their own). A type that is already registered
+    is refused (two libraries registering one type would silently decide
+    each other's files) unless ``override=True``, which replaces it. See
+    :class:`Registration` for the other arguments. Returns the
     Registration."""
     if not isinstance(name, str) or not name or name.startswith("@"):
         raise ValueError(f"invalid registration name {name!r}")
     if not isinstance(version, int) or version < 1:
         raise ValueError(f"schema version must be an int >= 1, got {version!r}")
+    if cls in _BY_TYPE and not override:
+        raise ValueError(f"{cls.__module__}.{cls.__qualname__} is already registered as "
+                         f"{_BY_TYPE[cls].name!r}; pass override=True to replace it")
     other = _BY_NAME.get(name)
     owner = next((t for t, r in _BY_TYPE.items() if r is other), None)
     if other is not None and owner is not None and owner is not cls:
@@ -209,13 +214,17 @@ def add_builtin(reg: Registration) -> None:
     _add_name(reg)
 
 
-def migration(name: str, from_version: int):
+def migration(name: str, from_version: int, *, override: bool = False):
     """Decorator: ``fn(fields) -> fields`` or ``fn(fields, context) ->
     fields`` upgrades the stored fields of type ``name`` from
     ``from_version`` to ``from_version + 1``; ``context`` is a
-    :class:`MigrationContext`. ``fn`` may change ``fields`` in place."""
+    :class:`MigrationContext`. ``fn`` may change ``fields`` in place. A
+    second migration for the same step is refused unless ``override=True``."""
 
     def decorate(fn):
+        if (name, from_version) in _MIGRATIONS and not override:
+            raise ValueError(f"a migration of {name} from version {from_version} is already "
+                             f"registered; pass override=True to replace it")
         takes_context = len(inspect.signature(fn).parameters) >= 2
         _MIGRATIONS[(name, from_version)] = fn if takes_context else (lambda f, _c: fn(f))
         return fn
@@ -262,6 +271,21 @@ def resolve(name: str) -> str:
 
 def known_name(name: str) -> bool:
     return resolve(name) in _BY_NAME
+
+
+def snapshot() -> tuple:
+    """The registry's current content, for :func:`restore` (tests that
+    register types put the registry back as it was)."""
+    return (dict(_BY_TYPE), dict(_BY_NAME), list(_SUBCLASS_TYPES), list(_RULES), dict(_ALIASES),
+            dict(_MIGRATIONS))
+
+
+def restore(saved: tuple) -> None:
+    """Puts back what :func:`snapshot` returned."""
+    for live, old in zip((_BY_TYPE, _BY_NAME, _SUBCLASS_TYPES, _RULES, _ALIASES, _MIGRATIONS), saved):
+        live.clear()
+        live.update(old) if isinstance(live, dict) else live.extend(old)
+    _RULE_CACHE.clear()
 
 
 def registrations() -> dict[str, Registration]:

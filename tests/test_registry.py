@@ -22,9 +22,9 @@ class Walker:
     label: str = "walker"
 
 
-def _register_walker(version=1):
+def _register_walker(version=1, override=False):
     nkserde.register(
-        Walker, name="tests.Walker", version=version,
+        Walker, name="tests.Walker", version=version, override=override,
         to_state=lambda w: {"position": w.position, "energy": w.energy},
         from_state=lambda t, f: dataclasses.replace(t, position=f["position"], energy=f["energy"]),
     )
@@ -32,12 +32,9 @@ def _register_walker(version=1):
 
 @pytest.fixture(autouse=True)
 def _restore_registry():
-    saved = (dict(registry._BY_TYPE), dict(registry._BY_NAME), dict(registry._MIGRATIONS))
+    saved = registry.snapshot()
     yield
-    registry._BY_TYPE.clear(), registry._BY_TYPE.update(saved[0])
-    registry._BY_NAME.clear(), registry._BY_NAME.update(saved[1])
-    registry._MIGRATIONS.clear(), registry._MIGRATIONS.update(saved[2])
-    registry._RULE_CACHE.clear()
+    registry.restore(saved)
 
 
 def test_user_type_round_trip_inside_containers(tmp_path):
@@ -64,7 +61,7 @@ def test_migration_upgrades_old_files(tmp_path):
     nkserde.save(Walker(np.ones(2), 3.0), tmp_path / "old.nks")
 
     nkserde.register(
-        Walker, name="tests.Walker", version=2,
+        Walker, name="tests.Walker", version=2, override=True,
         to_state=lambda w: {"position": w.position, "energy": w.energy, "weight": 1.0},
         from_state=lambda t, f: dataclasses.replace(t, position=f["position"], energy=f["energy"] * f["weight"]),
     )
@@ -83,9 +80,33 @@ def test_migration_upgrades_old_files(tmp_path):
 def test_newer_schema_version_is_refused(tmp_path):
     _register_walker(version=3)
     nkserde.save(Walker(np.ones(2), 3.0), tmp_path / "new.nks")
-    _register_walker(version=2)
+    _register_walker(version=2, override=True)  # an older nkserde / library reads it
     with pytest.raises(UnsupportedVersionError, match=r"tests.Walker has schema version 3 .* version 2"):
         nkserde.load(Walker(np.zeros(2), 0.0), tmp_path / "new.nks")
+
+
+def test_re_registering_a_type_is_refused_unless_overridden():
+    _register_walker()
+    with pytest.raises(ValueError, match=r"Walker is already registered as 'tests.Walker'.*override=True"):
+        _register_walker(version=2)
+    assert registry.lookup(Walker).version == 1  # unchanged
+    _register_walker(version=2, override=True)
+    assert registry.lookup(Walker).version == 2
+
+    @nkserde.migration("tests.Walker", from_version=1)
+    def _(fields):
+        return fields
+
+    with pytest.raises(ValueError, match="migration of tests.Walker from version 1 is already"):
+        nkserde.migration("tests.Walker", from_version=1)(lambda fields: fields)
+
+
+def test_snapshot_and_restore_put_the_registry_back():
+    saved = registry.snapshot()
+    _register_walker()
+    assert registry.lookup(Walker) is not None and registry.known_name("tests.Walker")
+    registry.restore(saved)
+    assert registry.lookup(Walker) is None and not registry.known_name("tests.Walker")
 
 
 def test_file_type_differs_from_template_type(tmp_path):
