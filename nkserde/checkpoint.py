@@ -54,6 +54,7 @@ from ._log import say
 from .background import BackgroundWrite
 from .errors import CorruptFileError, NkserdeError, UnsupportedNetKetError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
+from .netket import loggers as netket_loggers
 from .netket.callbacks import stateful
 from .parts import map_arrays, primary
 
@@ -649,7 +650,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         for live, new_obj in restored:
             _assign(live, new_obj)
             if jax.process_index() == 0:  # loggers write their files there only
-                _resume_logger_files(live)
+                netket_loggers.resume_files(live, new_obj)
 
     def _write_fingerprint(self, fp: dict):
         with atomic_write(self.directory / "fingerprint.json") as f:
@@ -764,24 +765,6 @@ def _is_logger(callback) -> bool:
     """NetKet loggers that are callbacks themselves (HDF5Log, TensorBoardLog)."""
     return isinstance(callback, nk.logging.AbstractLog) or type(callback).__module__.startswith(
         "netket._src.logging")
-
-
-def _resume_logger_files(logger):
-    """After a logger was restored in place: its files end at the checkpoint."""
-    if isinstance(logger, nk.logging.JsonLog):
-        logger._flush_log()  # rewrites the whole .log from the restored history
-    rows = vars(logger).pop("_nkserde_rows", None)
-    if rows is not None and os.path.exists(logger._file_name):
-        import h5py
-
-        with h5py.File(logger._file_name, "a") as f:
-            datasets = []
-            f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
-            for name in datasets:
-                if name not in rows:
-                    del f[name]  # first logged after the checkpoint
-                elif f[name].shape and f[name].shape[0] > rows[name]:
-                    f[name].resize(rows[name], axis=0)
 
 
 def _assign(live, restored, skip=()):

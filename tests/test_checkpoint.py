@@ -283,6 +283,29 @@ def test_hdf5_log_is_cut_back_to_the_checkpoint_and_appended(tmp_path):
     assert run["data/Energy/iter"].tolist() == list(range(N_STEPS))  # each step once
 
 
+def test_loading_an_hdf5_log_leaves_its_file_alone_until_a_run_resumes(tmp_path):
+    import h5py  # in the test extra
+
+    from nkserde.netket.loggers import resume_files
+
+    def rows(path):
+        with h5py.File(path, "r") as f:
+            return f["data/Energy/iter"].shape[0]
+
+    log = nk.logging.HDF5Log(str(tmp_path / "run"))
+    B.vmc().run(3, out=log, show_progress=False)
+    nkserde.save(log, tmp_path / "log.nks")  # the "checkpoint"
+    with h5py.File(tmp_path / "run.h5", "a") as f:  # two steps logged after it
+        for name in ("data/Energy/iter", "data/Energy/Mean"):
+            f[name].resize(5, axis=0)
+    assert rows(tmp_path / "run.h5") == 5
+    live = nk.logging.HDF5Log(str(tmp_path / "run"))
+    loaded = nkserde.load(live, tmp_path / "log.nks")
+    assert rows(tmp_path / "run.h5") == 5  # a load is not a resume: the file is untouched
+    resume_files(live, loaded)
+    assert rows(tmp_path / "run.h5") == 3
+
+
 def test_tensorboard_log_purges_steps_after_the_checkpoint(tmp_path):
     first = nk.logging.TensorBoardLog(logdir=str(tmp_path / "tb"))
     with pytest.raises(RuntimeError):

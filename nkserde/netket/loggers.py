@@ -15,6 +15,8 @@ place of the series in the logged tree (ints index lists).
 from __future__ import annotations
 
 import copy
+import os
+import weakref
 
 import netket as nk
 from netket.utils.history import History, HistoryDict
@@ -128,25 +130,63 @@ registry.register(
 
 def _hdf5_to_state(log) -> dict:
     rows = {}
+
+    def count(f):
+        f.visititems(lambda name, obj: rows.__setitem__(name, obj.shape[0] if obj.shape else 0)
+                     if isinstance(obj, h5py.Dataset) else None)
+
     if log._writer is not None:
         import h5py
 
         log._writer.flush()
-        log._writer.visititems(
-            lambda name, obj: rows.__setitem__(name, obj.shape[0] if obj.shape else 0)
-            if isinstance(obj, h5py.Dataset) else None)
+        count(log._writer)
+    elif os.path.exists(log._file_name):  # closed (after its run): the file as it is
+        import h5py
+
+        with h5py.File(log._file_name, "r") as f:
+            count(f)
     return {"rows": rows}
 
 
 def _hdf5_from_state(template, fields):
     new = copy.copy(template)
     # The file already holds the data up to the checkpoint (and maybe more):
-    # append to it rather than overwrite it, after the checkpoint manager has
-    # cut every dataset back to these row counts.
+    # append to it rather than overwrite it, after resume_files has cut every
+    # dataset back to these row counts.
     new._file_mode = "a"
     new._writer = None
-    object.__setattr__(new, "_nkserde_rows", dict(fields["rows"]))  # not a NetKet field
+    _ROWS_AT_CHECKPOINT[id(new)] = dict(fields["rows"])
+    weakref.finalize(new, _ROWS_AT_CHECKPOINT.pop, id(new), None)
     return new
+
+
+# A load never touches files (it may be an inspection): the rows an HDF5
+# log's datasets had at the checkpoint wait here, by loaded object, until a
+# run resumes with it (resume_files).
+_ROWS_AT_CHECKPOINT: dict[int, dict] = {}
+
+
+def resume_files(live, loaded) -> None:
+    """A run resumes with the logger ``loaded`` from a checkpoint (its state
+    already copied into ``live``, the script's logger): make ``live``'s
+    files end at the checkpoint. JsonLog rewrites its ``.log`` from the
+    restored history; HDF5Log cuts its datasets back to the checkpoint's
+    rows and removes those first logged after it. Other loggers need
+    nothing (TensorBoardLog purges on its own)."""
+    if isinstance(live, nk.logging.JsonLog):
+        live._flush_log()
+    rows = _ROWS_AT_CHECKPOINT.pop(id(loaded), None)
+    if rows is not None and os.path.exists(live._file_name):
+        import h5py
+
+        with h5py.File(live._file_name, "a") as f:
+            datasets = []
+            f.visititems(lambda name, obj: datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+            for name in datasets:
+                if name not in rows:
+                    del f[name]  # first logged after the checkpoint
+                elif f[name].shape and f[name].shape[0] > rows[name]:
+                    f[name].resize(rows[name], axis=0)
 
 
 registry.register(
