@@ -338,7 +338,8 @@ def main(argv=None) -> int:
           f"{env['loadavg_before'][0]:.2f}, after {env['loadavg_after'][0]:.2f}\n")
     print(table(results))
 
-    out = Path(args.json) if args.json else HERE / "results" / f"checkpoint_overhead-{datetime.date.today().isoformat()}.json"
+    default = HERE / "results" / f"checkpoint_overhead-{datetime.date.today().isoformat()}.json"
+    out = Path(args.json) if args.json else default
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"environment": env, "command": sys.argv, "results": results}, indent=1, default=str))
     print(f"\nresults written to {out}")

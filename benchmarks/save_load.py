@@ -375,12 +375,12 @@ def run_methods(methods: dict, obj, nbytes: int, workdir: Path, tag: str, repeat
     raw_save_t = median(times["raw"]["save"]) if "raw" in times else None
     raw_load_t = median(times["raw"]["load"]) if "raw" in times else None
     for m in names:
-        s, l = median(times[m]["save"]), median(times[m]["load"])
+        s, ld = median(times[m]["save"]), median(times[m]["load"])
         rows[m] = {
             "save_s": s, "save_GBps": nbytes / s / 1e9,
             "save_x_raw": raw_save_t / s if raw_save_t else None,
-            "load_s": l, "load_GBps": nbytes / l / 1e9,
-            "load_x_raw": raw_load_t / l if raw_load_t else None,
+            "load_s": ld, "load_GBps": nbytes / ld / 1e9,
+            "load_x_raw": raw_load_t / ld if raw_load_t else None,
             "file_MB": times[m]["file_bytes"] / 1e6,
             "save_all_s": times[m]["save"], "load_all_s": times[m]["load"],
         }
@@ -546,7 +546,7 @@ def micro_benchmarks(chains_by_size: dict, repeat: int) -> dict:
         res["shape"] = list(chains.shape)
         res["nkserde_codec"] = codecs.choose_codec(memoryview(data))[0]
         out["zstd1_chains"][label] = res
-    del state, arrays, kernel
+    del state, kernel  # (the timed closures hold arrays until the return)
     _ = zstandard
     return out
 
@@ -564,8 +564,12 @@ def _zstd_bench(data: np.ndarray, repeat: int) -> dict:
 # --------------------------------------------------------------------------- report
 
 
+def _round(x):
+    return x if x is None else round(x, 1)
+
+
 def check_targets(rows: dict, memory: dict, nbytes: int) -> list[dict]:
-    nk_, raw, flax_ = rows["nkserde"], rows["raw"], rows.get("flax")
+    nk_, flax_ = rows["nkserde"], rows.get("flax")
     targets = [
         ("nkserde save >= 0.9x raw save", nk_["save_x_raw"], 0.9, f"{nk_['save_x_raw']:.2f}x"),
         ("nkserde load >= 0.9x raw load", nk_["load_x_raw"], 0.9, f"{nk_['load_x_raw']:.2f}x"),
@@ -694,7 +698,7 @@ def main(argv=None) -> int:
                     else:
                         print(f"    {m:9s} {r['peak_extra_MiB']:9.1f} MiB  = {r['peak_extra_pct']:6.1f}% of state "
                               f"(sampled {r['peak_sampled_extra_MiB']:.1f}, HWM "
-                              f"{r['peak_hwm_extra_MiB'] if r['peak_hwm_extra_MiB'] is None else round(r['peak_hwm_extra_MiB'], 1)} MiB)")
+                              f"{_round(r['peak_hwm_extra_MiB'])} MiB)")
             targets = check_targets(rows, memory, info["bytes"])
             print("  targets:")
             for t in targets:
@@ -725,7 +729,8 @@ def main(argv=None) -> int:
             gc.collect()
             print(f"\n--- MCState {label} ({mc_bytes / 1e6:.1f} MB), median of {args.repeat} ---")
             print_table(rows)
-            x = rows["nqxpack"]["save_s"] / rows["nkserde"]["save_s"], rows["nqxpack"]["load_s"] / rows["nkserde"]["load_s"]
+            x = (rows["nqxpack"]["save_s"] / rows["nkserde"]["save_s"],
+                 rows["nqxpack"]["load_s"] / rows["nkserde"]["load_s"])
             print(f"  nkserde vs nqxpack: save {x[0]:.1f}x faster, load {x[1]:.1f}x faster\n", flush=True)
             results["mcstate"][label] = {"state": mc_info, "methods": rows}
         skipped = [fmt_size(s) for s in sizes if s not in mc_sizes]
@@ -743,7 +748,8 @@ def main(argv=None) -> int:
             print(f"  zstd-1 float64 kernel ({z['bytes'] / 1e6:.1f} MB): ratio {z['ratio']:.3f}, "
                   f"compress {z['compress_GBps']:.2f} GB/s, decompress {z['decompress_GBps']:.2f} GB/s")
             for lab, z in micro["zstd1_chains"].items():
-                print(f"  zstd-1 int8 chains {lab:6s} {str(z['shape']):14s} ({z['bytes'] / 1e6:.2f} MB): ratio {z['ratio']:.3f}, "
+                print(f"  zstd-1 int8 chains {lab:6s} {str(z['shape']):14s} ({z['bytes'] / 1e6:.2f} MB): "
+                      f"ratio {z['ratio']:.3f}, "
                       f"compress {z['compress_GBps']:.2f} GB/s, decompress {z['decompress_GBps']:.2f} GB/s; "
                       f"nkserde stores it as {z['nkserde_codec']}")
             print()

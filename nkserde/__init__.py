@@ -33,5 +33,6 @@ else:  # NetKet 3.21: no callback API to hook a checkpoint into
     from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict", "migrate", "migration", "per_process", "register", "save",
+__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict",
+           "migrate", "migration", "per_process", "register", "save",
            "save_state_dict", "state_dict", "verify"]

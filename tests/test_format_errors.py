@@ -44,7 +44,8 @@ def test_round_trip(saved):
     ref = _state()
     assert out["step"] == 3
     assert np.asarray(out["big"]).tobytes() == ref["big"].tobytes()
-    assert np.asarray(out["parameters"]["Dense"]["kernel"]).tobytes() == np.asarray(ref["parameters"]["Dense"]["kernel"]).tobytes()
+    kernel = np.asarray(out["parameters"]["Dense"]["kernel"])
+    assert kernel.tobytes() == np.asarray(ref["parameters"]["Dense"]["kernel"]).tobytes()
     header = nkserde.format.read_header(saved)
     assert {a["codec"] for a in header["arrays"]} == {"raw", "zstd"}
 
@@ -164,14 +165,16 @@ def test_shape_mismatch_names_path_shape_and_dtype(saved):
 def test_dtype_mismatch(saved):
     template = _state()
     template["chains"] = np.ones((16, 8), np.int32)
-    with pytest.raises(TemplateMismatchError, match=r"chains: file has array int8\[16, 8\], template has array int32\[16, 8\]"):
+    with pytest.raises(TemplateMismatchError,
+                       match=r"chains: file has array int8\[16, 8\], template has array int32\[16, 8\]"):
         nkserde.load(template, saved)
 
 
 def test_structure_mismatch_lists_missing_and_extra_keys(saved):
     template = _state()
     template["parameters"]["Dense2"] = template["parameters"].pop("Dense")
-    with pytest.raises(TemplateMismatchError, match=r"parameters: .*missing in file: \['Dense2'\].*not in template: \['Dense'\]"):
+    with pytest.raises(TemplateMismatchError,
+                       match=r"parameters: .*missing in file: \['Dense2'\].*not in template: \['Dense'\]"):
         nkserde.load(template, saved)
 
 

@@ -87,7 +87,8 @@ def test_jsonlog_parameter_file_loads_into_a_state_or_a_dict(writer):
 def test_an_mpack_of_another_model_names_the_path():
     wider = nk.vqs.MCState(nk.sampler.MetropolisLocal(HILBERT, n_chains=8),
                            nk.models.RBM(alpha=2, param_dtype=float), n_samples=32)
-    with pytest.raises(TemplateMismatchError, match=r"mcstate.mpack: variables/params/Dense/(bias|kernel): file has array float64"):
+    with pytest.raises(TemplateMismatchError,
+                       match=r"mcstate.mpack: variables/params/Dense/(bias|kernel): file has array float64"):
         nkserde.load(wider, FIXTURES / WRITERS[-1] / "mcstate.mpack")
 
 
