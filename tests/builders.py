@@ -86,6 +86,17 @@ def leaves(obj):
     return out
 
 
+def assert_differs(a, b):
+    """The template really differs from the original (else "not mutated" and
+    "restored" would prove nothing)."""
+    la, lb = leaves(a), leaves(b)
+    assert len(la) == len(lb)
+    assert any(
+        (isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or
+        (not isinstance(x, np.ndarray) and x != y)
+        for x, y in zip(la, lb))
+
+
 def assert_same_leaves(la, lb):
     """Bit-for-bit equality of two lists made by :func:`leaves`: arrays by
     dtype, shape and bytes, scalars by type and value (NaN equals NaN)."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import netket as nk
@@ -20,9 +19,9 @@ import pytest
 
 import nkserde
 
+import scenarios  # tests/fixtures (conftest.py)
+
 FIXTURES = Path(__file__).parent / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-import scenarios  # noqa: E402
 
 WRITERS = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json"))
 CASES = [(w, name) for w in WRITERS

@@ -24,16 +24,10 @@ import optax
 import pytest
 
 import nkserde
-from builders import assert_identical, assert_unchanged, leaves
+from builders import assert_differs, assert_identical, assert_unchanged, leaves
 from nkserde.errors import TemplateMismatchError, UnregisteredTypeError
 
 assert jax.config.jax_enable_x64, "netket enables x64; the uint64/float64 JAX cases rely on it"
-
-
-def assert_differs(a, b):
-    la, lb = leaves(a), leaves(b)
-    assert any((isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or
-               (not isinstance(x, np.ndarray) and x != y) for x, y in zip(la, lb))
 
 
 def assert_same_leaf_types(loaded, template):

@@ -51,7 +51,7 @@ import pytest
 
 import nkserde
 import builders
-from builders import N, assert_identical, assert_unchanged, leaves, system
+from builders import N, assert_differs, assert_identical, assert_unchanged, leaves, system
 
 R = nk.sampler.rules
 N_CHAINS = 8
@@ -83,17 +83,6 @@ def array_leaves_bytes(tree):
 def assert_same_arrays(a, b):
     """Bit equality of two arrays (or pytrees of arrays) of the same dtype."""
     assert array_leaves_bytes(a) == array_leaves_bytes(b)
-
-
-def assert_differs(a, b):
-    """The template really differs from the original (else "not mutated" and
-    "restored" would prove nothing)."""
-    la, lb = leaves(a), leaves(b)
-    assert len(la) == len(lb)
-    assert any(
-        (isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or
-        (not isinstance(x, np.ndarray) and x != y)
-        for x, y in zip(la, lb))
 
 
 def is_numpy_sampler(sampler):

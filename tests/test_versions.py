@@ -5,7 +5,6 @@ and :func:`nkserde.migrate`. Real old files are in test_fixtures.py."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import netket as nk
@@ -18,9 +17,9 @@ from nkserde import registry
 from nkserde.errors import MigrationError, NkserdeError, UnsupportedVersionError
 from nkserde.parts import ProcessValues
 
+import scenarios  # tests/fixtures (conftest.py)
+
 FIXTURES = Path(__file__).parent / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-import scenarios  # noqa: E402
 
 
 def _state():
