@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import hashlib
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -110,13 +109,13 @@ def save_state_dict_steps(state, path, *, root_type: str | None = None):
     path = Path(path)
     meta = new_meta(state, root_type or type(state).__name__)
     if jax.process_count() > 1:
-        from .distributed import JaxCommunicator
+        from .distributed import JaxCommunicator, coordination_name
         from .format.writer import write_file_together
 
         # one key sequence per target: saves to different files (an
         # asynchronous checkpoint and a direct save) cannot cross
-        name = "save:" + hashlib.sha1(str(path).encode()).hexdigest()[:16]
-        return write_file_together(path, state, meta, JaxCommunicator(name))
+        comm = JaxCommunicator(coordination_name("save", path))
+        return write_file_together(path, state, meta, comm)
     return (yield from fileformat.write_file_steps(path, state, meta))
 
 

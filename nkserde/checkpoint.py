@@ -31,7 +31,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -52,6 +51,7 @@ from netket.utils import struct
 from . import api, directory as ckpt_dir, fingerprint as run_fingerprint, registry
 from ._log import say
 from .background import BackgroundWrite
+from .distributed import coordination_name, on_process_0
 from .errors import CorruptFileError, NkserdeError, UnsupportedNetKetError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
 from .netket import loggers as netket_loggers
@@ -533,7 +533,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         process loads that checkpoint."""
         current = fingerprint(driver)
         self._candidate = None
-        chosen = self._on_process_0(lambda: self._choose(current))
+        chosen = on_process_0(coordination_name("checkpoint:decisions", self.directory),
+                              lambda: self._choose(current),
+                              f"{self.directory}: process 0 could not start the run")
         if chosen is None:
             return
         path = Path(chosen)
@@ -605,29 +607,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         return None
 
     def _comm(self, purpose: str):
-        from .distributed import JaxCommunicator
+        from .distributed import JaxCommunicator, coordination_name
 
-        key = hashlib.sha1(str(self.directory).encode()).hexdigest()[:16]
-        return JaxCommunicator(f"checkpoint:{purpose}:{key}")
-
-    def _on_process_0(self, decide):
-        """``decide()`` run on process 0 only; its result (JSON-able), or its
-        error, on every process."""
-        if not _multi_process():
-            return decide()
-        comm = self._comm("decisions")
-        if comm.rank == 0:
-            try:
-                result = decide()
-            except Exception as exc:
-                comm.broadcast(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
-                raise
-            comm.broadcast(json.dumps({"result": result}).encode())
-            return result
-        message = json.loads(comm.broadcast(None))
-        if "error" in message:
-            raise NkserdeError(f"{self.directory}: process 0 could not start the run: {message['error']}")
-        return message["result"]
+        return JaxCommunicator(coordination_name(f"checkpoint:{purpose}", self.directory))
 
     def _restore(self, driver, state):
         # Everything is rebuilt (and any mismatch raised) before anything

@@ -10,10 +10,14 @@ goes through it; each process writes its own blocks into the file.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import threading
 
 import jax
+
+from .errors import NkserdeError
 
 # Long enough for a slow shared file system, short enough that a process
 # that died leaves the others with an error instead of hanging forever.
@@ -69,3 +73,32 @@ class JaxCommunicator:
     def broadcast(self, data: bytes | None) -> bytes:
         """Process 0's ``data`` on every process."""
         return self.allgather(data if self.rank == 0 else b"")[0]
+
+
+def coordination_name(purpose: str, path) -> str:
+    """The one way of naming a sequence of coordinated calls: what it is for
+    and the file or directory it concerns (every process names the same
+    path the same way; different targets never share keys)."""
+    return f"{purpose}:{hashlib.sha1(str(path).encode()).hexdigest()[:16]}"
+
+
+def on_process_0(name: str, decide, failed: str):
+    """``decide()`` run on process 0 only; its result (JSON-able) on every
+    process. If it raises there, the others raise NkserdeError(``failed``:
+    the error). ``name``: a :func:`coordination_name`. One process: just
+    ``decide()``."""
+    if jax.process_count() == 1:
+        return decide()
+    comm = JaxCommunicator(name)
+    if comm.rank == 0:
+        try:
+            result = decide()
+        except Exception as exc:
+            comm.broadcast(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+            raise
+        comm.broadcast(json.dumps({"result": result}).encode())
+        return result
+    message = json.loads(comm.broadcast(None))
+    if "error" in message:
+        raise NkserdeError(f"{failed}: {message['error']}")
+    return message["result"]
