@@ -54,7 +54,7 @@ from .background import BackgroundWrite
 from .distributed import coordination_name, on_process_0
 from .errors import CorruptFileError, NkserdeError, UnsupportedNetKetError, UnsupportedVersionError
 from .format.atomic import atomic_write, pid_alive
-from .netket import loggers as netket_loggers
+from .netket import loggers as netket_loggers, run_loop
 from .netket.callbacks import stateful
 from .parts import map_arrays, primary
 
@@ -62,72 +62,18 @@ RESUME_MODES = ("auto", "force", "never", "must")
 # Stops that end a run for good: convergence criteria. Any other stop (a
 # signal, Timeout, another callback) is an interruption the next run resumes.
 FINAL_STOPS = (nk.callbacks.EarlyStopping, nk.callbacks.ConvergenceStopping)
-try:  # the stop of NetKet's generic dynamics drivers at their final time
-    from netket._src.callbacks.stop_at_time import _StopAtTime
-
-    _REACHED_END: tuple = (_StopAtTime,)
-except ImportError:
-    _REACHED_END = ()
-# A stop NetKet ends quietly as a finished run (3.23; a plain StopRun before).
-_RUN_FINISHED = getattr(nk.callbacks, "RunFinished", nk.callbacks.StopRun)
-
-
-class _NothingToDo(_RUN_FINISHED):
+class _NothingToDo(run_loop.RUN_FINISHED):
     """Raised by the Checkpoint when the checkpointed run already ended."""
 
 
-class _ReachedTarget(_RUN_FINISHED):
+class _ReachedTarget(run_loop.RUN_FINISHED):
     """Raised by the Checkpoint where NetKet's loop does not stop a resumed
     run at the end of the run() call itself (NetKet 3.22)."""
-
-
-def _fix_target_step(driver) -> int:
-    """NetKet 3.23 fixes where a run() call ends (``_target_step``) before
-    ``on_run_start``, so a callback that restores ``step_count`` there moves
-    the start and not the end. NetKet 3.22's loop counts ``n_iter`` from the
-    step count after ``on_run_start``: the end is fixed here from the
-    ``n_iter`` of the running ``run`` call (the one NetKet-private fact this
-    needs: the argument's name), and returned: the Checkpoint stops the run
-    there."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "run" and frame.f_locals.get("self") is driver:
-            n_iter = frame.f_locals.get("n_iter")
-            if isinstance(n_iter, int) and not isinstance(n_iter, bool):
-                # what NetKet 3.23 sets; _asks_for_more and the checkpoint's target read it
-                object.__setattr__(driver, "_target_step", driver.step_count + n_iter)
-                return driver._target_step
-        frame = frame.f_back
-    raise UnsupportedNetKetError(
-        f"nkserde.Checkpoint: cannot tell where {type(driver).__name__}.run of NetKet "
-        f"{nk.__version__} ends (no n_iter in its run call); save and load the driver with "
-        f"nkserde.save / nkserde.load instead")
 
 
 def _stateful(callback) -> bool:
     """Callbacks whose state nkserde stores (see nkserde.netket.callbacks)."""
     return stateful(callback) and not isinstance(callback, Checkpoint)
-
-
-def _run_callbacks() -> tuple:
-    """The callbacks of the running ``driver.run`` call, unwrapped (TDVP
-    wraps loggers and callbacks to call them at stopping times only).
-    NetKet does not hand them to a callback: find the CallbackList that is
-    calling us."""
-    from netket._src.callbacks.callback_list import CallbackList
-
-    frame = sys._getframe(1)
-    while frame is not None:
-        owner = frame.f_locals.get("self")
-        if isinstance(owner, CallbackList):
-            found = []
-            for callback in owner.callbacks:
-                while isinstance(getattr(callback, "callback", None), nk.callbacks.AbstractCallback):
-                    callback = callback.callback
-                found.append(callback)
-            return tuple(found)
-        frame = frame.f_back
-    return ()
 
 
 def _keyed(objects) -> dict:
@@ -359,12 +305,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             f"and load the driver with nkserde.save / nkserde.load instead")
 
     def on_run_start(self, step, driver):
-        self._end_step = _fix_target_step(driver) if _target(driver) is None else None
+        self._end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
-            callbacks = _run_callbacks()
+            callbacks = run_loop.running_callbacks()
             loggers = [c.logger for c in callbacks if hasattr(c, "logger")]
-            loggers += [c for c in callbacks if _is_logger(c)]
+            loggers += [c for c in callbacks if run_loop.is_logger(c)]
             loggers = list({id(x): x for x in [*loggers, *self.loggers]}.values())
             for logger in loggers:
                 if registry.lookup(type(logger)) is None:
@@ -374,7 +320,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._run_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
             # logger wrappers are handled through their loggers, in place
             self._run_callbacks = tuple(c for c in callbacks if _stateful(c)
-                                        and not hasattr(c, "logger") and not _is_logger(c))
+                                        and not hasattr(c, "logger") and not run_loop.is_logger(c))
             self.resumed_from, self.interrupted, self._dirty_step = None, None, None
             self._interrupt_pending = False
             self._nothing_to_do = False
@@ -496,8 +442,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         handled (None: the run reached its end)."""
         if not isinstance(stop, nk.callbacks.StopRun):
             return True, None
-        if isinstance(stop, (_NothingToDo, _ReachedTarget)) or _RUN_FINISHED is not nk.callbacks.StopRun and \
-                isinstance(stop, _RUN_FINISHED):  # the run reached its end (TDVP)
+        if isinstance(stop, (_NothingToDo, _ReachedTarget)) or run_loop.reached_end(stop):
             return True, None
         raiser, tb = None, stop.__traceback__
         while tb is not None:  # the innermost callback on the stack raised it
@@ -505,7 +450,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if isinstance(owner, nk.callbacks.AbstractCallback):
                 raiser = owner
             tb = tb.tb_next
-        if isinstance(raiser, _REACHED_END):
+        if isinstance(raiser, run_loop.REACHED_END):
             return True, None
         if isinstance(raiser, self.final_stops):
             return True, type(raiser).__name__
@@ -520,7 +465,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             "stopped": stopped,
             # the end the run was going to (a final stop is continued by a
             # rerun that asks for more)
-            "target": _target(driver),
+            "target": run_loop.target(driver),
             # process 0's record: loggers write there only, timers start
             # at slightly different times on each process
             "loggers": primary(_keyed(self._run_loggers)),
@@ -546,7 +491,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         except NkserdeError as exc:
             raise type(exc)(f"{path}: {exc}") from None
         self.resumed_from = driver.step_count
-        self._nothing_to_do = bool(state.get("stopped")) and not _asks_for_more(driver, state.get("target"))
+        self._nothing_to_do = bool(state.get("stopped")) and not run_loop.asks_for_more(driver, state.get("target"))
         if self._nothing_to_do:
             say(f"{self.directory}: the run already stopped for good at step {driver.step_count} "
                 f"({path.name}): nothing to do; ask for more steps (n_iter, T) to continue it")
@@ -743,35 +688,12 @@ def _multi_process() -> bool:
     return jax.process_count() > 1
 
 
-def _is_logger(callback) -> bool:
-    """NetKet loggers that are callbacks themselves (HDF5Log, TensorBoardLog)."""
-    return isinstance(callback, nk.logging.AbstractLog) or type(callback).__module__.startswith(
-        "netket._src.logging")
-
-
 def _assign(live, restored, skip=()):
     """Makes ``live`` hold what ``restored`` holds, attribute by attribute,
     so references users keep to ``live`` see the restored numbers."""
     for name, value in vars(restored).items():
         if name not in skip:
             object.__setattr__(live, name, value)
-
-
-def _target(driver):
-    """Where the current run() call ends: TDVP's final time, else the step."""
-    t_end = getattr(driver, "_t_end", None)
-    return float(t_end) if t_end is not None else getattr(driver, "_target_step", None)
-
-
-def _asks_for_more(driver, saved_target) -> bool:
-    """Whether this run() call goes beyond the end of the one that stopped
-    for good (a larger n_iter, a longer T)."""
-    t_end = getattr(driver, "_t_end", None)
-    if t_end is not None:  # TDVP
-        return bool(driver.t < t_end)
-    if saved_target is None:  # written before targets were recorded
-        return False
-    return driver._target_step > saved_target
 
 
 # run() calls made so far in this process per checkpointed(...) directory
