@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
+
+from netket.utils.struct import Pytree
 
 from .. import registry
 
@@ -60,6 +63,25 @@ def register_attributes(cls, name: str, fields: dict[str, str], *, version: int 
                              from_state=from_state, doc=doc, subclasses=subclasses,
                              dtype_from_file=dtype_from_file, fields=tuple(fields),
                              optional_fields=optional, aliases=aliases)
+
+
+def module_path(cls) -> str:
+    """``module.QualName`` of a class: the name nkserde 0.1 wrote for types
+    without a registration of their own (compared, never imported)."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def attributes(fields):
+    """``to_state`` of a record stored as its attributes ``fields``."""
+    return lambda obj: {f: getattr(obj, f) for f in fields}
+
+
+def replace_record(template, restored: dict):
+    """``from_state`` of a record: a NetKet Pytree's ``replace``, else
+    ``dataclasses.replace``, with the restored attributes."""
+    if isinstance(template, Pytree):
+        return template.replace(**restored)
+    return dataclasses.replace(template, **restored)
 
 
 def pytree_fields(cls) -> tuple[str, ...]:

@@ -22,13 +22,9 @@ import netket as nk
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import find, pytree_fields
+from ._common import attributes, find, module_path, pytree_fields
 
 _CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22
-
-
-def _old_name(cls) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _nkserde_01_name(cls, module: str) -> str:
@@ -130,15 +126,12 @@ def _callback_rule(cls):
         return None
     fields, state = pytree_fields(cls), _state_fields(cls)
 
-    def to_state(obj):
-        return {f: getattr(obj, f) for f in fields}
-
     def from_state(template, restored):
         return template.replace(**{f: restored[f] for f in state})
 
-    name = f"netket.callbacks.{cls.__name__}" if cls.__module__.startswith("netket.") else _old_name(cls)
+    name = f"netket.callbacks.{cls.__name__}" if cls.__module__.startswith("netket.") else module_path(cls)
     return registry.Registration(
-        name, 1, to_state, from_state, aliases=(_old_name(cls),),
+        name, 1, attributes(fields), from_state, aliases=(module_path(cls),),
         doc="callback: the fields its class marks serializable; on load the "
             "underscored ones (state) are restored, the others (configuration) are the template's")
 

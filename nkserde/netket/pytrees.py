@@ -22,11 +22,7 @@ import numpy as np
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import find, pytree_fields
-
-
-def _old_name(cls) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
+from ._common import attributes, find, module_path, pytree_fields, replace_record
 
 
 def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_name=None):
@@ -36,17 +32,8 @@ def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_nam
     default: the class's module path, where NetKet never moved it)."""
     if cls is None:
         return
-
-    def to_state(obj):
-        return {f: getattr(obj, f) for f in fields}
-
-    def from_state(template, restored):
-        if isinstance(template, Pytree):
-            return template.replace(**restored)
-        return dataclasses.replace(template, **restored)
-
-    registry.register(cls, name=name, version=1, to_state=to_state, from_state=from_state,
-                      fields=fields, aliases=(old_name or _old_name(cls),), doc=doc,
+    registry.register(cls, name=name, version=1, to_state=attributes(fields), from_state=replace_record,
+                      fields=fields, aliases=(old_name or module_path(cls),), doc=doc,
                       from_fields=from_fields)
 
 
@@ -122,19 +109,10 @@ def _netket_pytree_rule(cls):
         fields = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True))
     else:
         return None
-
-    def to_state(obj):
-        return {f: getattr(obj, f) for f in fields}
-
-    def from_state(template, restored):
-        if isinstance(template, Pytree):
-            return template.replace(**restored)
-        return dataclasses.replace(template, **restored)
-
     top = cls.__module__.split(".")[0]
-    name = f"{top}.pytree.{cls.__qualname__}" if top == "netket" else _old_name(cls)
+    name = f"{top}.pytree.{cls.__qualname__}" if top == "netket" else module_path(cls)
     return registry.Registration(
-        name, 1, to_state, from_state, aliases=(_old_name(cls),),
+        name, 1, attributes(fields), replace_record, aliases=(module_path(cls),),
         doc="opaque pytree: the fields its library marks serializable: " + ", ".join(fields))
 
 
