@@ -17,6 +17,12 @@ class CorruptFileError(NkserdeError):
     checksum mismatch, undecodable header or payload)."""
 
 
+class LoadLimitError(CorruptFileError):
+    """A file declares more than a load limit allows (a header or a decoded
+    size beyond ``nkserde.set_load_limits``): it is damaged, hostile, or
+    bigger than this process is prepared to load."""
+
+
 class TemplateMismatchError(NkserdeError):
     """The template and the file disagree on structure, shape, dtype or type."""
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnregisteredTypeError, format_path
 from ..parts import GlobalArray, PerProcess, Primary, ProcessValues
 
 ARRAY = "@array"
@@ -53,6 +54,8 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
         return node
 
     if isinstance(tree, dict):
+        for k in tree:
+            _check_text(k, _path, "dict key")
         return {k: enc(v, k) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return [enc(v, i) for i, v in enumerate(tree)]
@@ -76,13 +79,28 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
         if paths is not None:
             paths.append(_path)
         return {STACKED if _stacked else ARRAY: len(arrays) - 1}
-    if isinstance(tree, bool) or tree is None or isinstance(tree, (str, bytes, float)):
+    if isinstance(tree, str):
+        _check_text(tree, _path, "string")
+        return tree
+    if isinstance(tree, bool) or tree is None or isinstance(tree, (bytes, float)):
         return tree
     if isinstance(tree, int):
         return tree if _INT_MIN <= tree <= _UINT_MAX else {BIGINT: str(tree)}
     if isinstance(tree, complex):
         return {COMPLEX: [tree.real, tree.imag]}
-    raise TypeError(f"cannot store a value of type {type(tree).__name__} in the header")
+    raise UnregisteredTypeError(f"{format_path(_path)}: cannot store a value of type {type(tree).__name__}")
+
+
+def _check_text(value, path, what: str) -> None:
+    """The header holds UTF-8 text: a key must be a str, and no text may hold
+    a lone surrogate."""
+    if not isinstance(value, str):
+        raise UnregisteredTypeError(f"{format_path(path)}: {what} {value!r} is not a str")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate)") from None
 
 
 def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> dict:

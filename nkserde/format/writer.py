@@ -35,7 +35,9 @@ from typing import Protocol
 import msgpack
 import numpy as np
 
-from ..errors import DistributedSaveError, NkserdeError, ProcessMismatchError, format_path
+from ..errors import (
+    DistributedSaveError, NkserdeError, ProcessMismatchError, UnregisteredTypeError, format_path,
+)
 from ..parts import GlobalArray
 from . import codecs, tree_codec
 from .atomic import atomic_write, fsync_directory, remove_stale_temps, temp_name
@@ -64,7 +66,7 @@ def _bytes_of(array: np.ndarray) -> memoryview:
 def _dtype(array, path=()) -> str:
     name = dtype_name(array.dtype)
     if name is None:
-        raise TypeError(f"{format_path(path)}: cannot store arrays of dtype {array.dtype}")
+        raise UnregisteredTypeError(f"{format_path(path)}: cannot store arrays of dtype {array.dtype}")
     return name
 
 
@@ -138,15 +140,16 @@ def write_file_steps(path, tree, meta: dict):
     removed)."""
     path = Path(path)
     arrays: list[np.ndarray] = []
-    encoded = tree_codec.encode(tree, arrays)
+    paths: list = []
+    encoded = tree_codec.encode(tree, arrays, paths)
     index = []
     with atomic_write(path) as f:
         f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
         position = PREAMBLE.size
-        for array in arrays:
+        for array, where in zip(arrays, paths):
             if isinstance(array, GlobalArray):
                 raise TypeError("an array spread over processes needs write_file_together")
-            name = _dtype(array)
+            name = _dtype(array, where)
             entry, position = yield from _stream_array_steps(f, array, position)
             index.append({"dtype": name, "shape": list(array.shape),
                           "nbytes": array.nbytes, **entry})
