@@ -53,6 +53,20 @@ class ProcessMismatchError(NkserdeError):
     the run, reported before anything is written."""
 
 
+class FileWriteError(NkserdeError, OSError):
+    """A save could not write, fsync or rename its file (disk full, I/O
+    error, a vanished directory). The message names the file and the step;
+    ``errno`` is the system's. Unless the step was the final fsync of the
+    directory, the file at the target is untouched. Also an OSError, so code
+    that handles a full disk as an OSError keeps working."""
+
+
+class FileReadError(NkserdeError, OSError):
+    """Reading a file failed in the operating system (an I/O error of the
+    disk or network file system), as opposed to a file whose content is
+    damaged (CorruptFileError). A missing file stays FileNotFoundError."""
+
+
 class DistributedSaveError(NkserdeError):
     """A save from several processes failed on one of them (all of them
     raise it; the target file is untouched)."""

@@ -4,6 +4,7 @@ naming the file and what failed, never a raw msgpack/zstd/struct error."""
 from __future__ import annotations
 
 import bisect
+import contextlib
 import math
 import os
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from ..errors import CorruptFileError, UnsupportedVersionError
+from ..errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
 from . import codecs, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (
@@ -23,6 +24,21 @@ _BLOCKED_KEYS = {"dtype", "shape", "blocks"}
 _BLOCK_KEYS = {"start", "shape", "offset", "stored", "codec", "checksum"}
 MAX_BLOCKS = 1 << 16
 MAX_GRID_CELLS = 1 << 22  # cells of the grid the blocks of one array are checked on
+
+
+@contextlib.contextmanager
+def read_errors(path):
+    """An OSError while reading ``path`` (EIO of a failing disk or network
+    file system, a permission) becomes a FileReadError naming the file; a
+    missing file stays FileNotFoundError."""
+    try:
+        yield
+    except (FileNotFoundError, NkserdeError):
+        raise
+    except OSError as exc:
+        error = FileReadError(exc.errno, f"{path}: reading the file failed: {exc.strerror or exc}")
+        error.filename = str(path)
+        raise error from exc
 
 
 def _corrupt(path, what) -> CorruptFileError:
@@ -79,7 +95,7 @@ def read_header(path) -> dict:
     """The validated header: ``{format_version, meta, tree, arrays}``; the tree
     still holds ``{"@array": i}`` references."""
     path = Path(path)
-    with open(path, "rb") as f:
+    with read_errors(path), open(path, "rb") as f:
         return _open_header(f, path)[0]
 
 
@@ -101,7 +117,7 @@ def _check_entry(entry, i, payload_end, path, version):
 
 
 def _check_dtype_shape(entry, i, path):
-    if entry["dtype"] not in DTYPES:
+    if not isinstance(entry["dtype"], str) or entry["dtype"] not in DTYPES:
         raise _corrupt(path, f"array {i}: unknown dtype {entry['dtype']!r}")
     if not _is_index(entry["shape"]):
         raise _corrupt(path, f"array {i}: malformed shape {entry['shape']!r}")
@@ -241,7 +257,7 @@ def read_file(path) -> tuple[dict, object]:
     """Reads and verifies a whole file. Returns ``(header, tree)`` where the
     tree holds numpy arrays (64-byte aligned, owned by the caller)."""
     path = Path(path)
-    with open(path, "rb", buffering=0) as f:
+    with read_errors(path), open(path, "rb", buffering=0) as f:
         header, payload_end = _open_header(f, path)
         # the whole index is checked, and the load's size, before any array is allocated
         checked = [_check_entry(entry, i, payload_end, path, header["format_version"])
@@ -264,7 +280,7 @@ def verify_steps(path):
     one buffer; nothing is kept. Returns the header."""
     path = Path(path)
     buffer = memoryview(bytearray(codecs.CHUNK))
-    with open(path, "rb", buffering=0) as f:
+    with read_errors(path), open(path, "rb", buffering=0) as f:
         header, payload_end = _open_header(f, path)
         for i, entry in enumerate(header["arrays"]):
             blocks = _check_entry(entry, i, payload_end, path, header["format_version"])

@@ -27,6 +27,9 @@ PRIMARY = "@primary"  # only while several processes compare their trees
 BIGINT = "@int"
 COMPLEX = "@complex"
 _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
+# nesting of a tree read from a file: NetKet states are ~15 deep; loading
+# and migrating recurse a few Python frames per level
+MAX_DEPTH = 128
 
 
 def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_processes: int = 1,
@@ -149,10 +152,14 @@ def _array_ref(value, arrays) -> int:
     return value
 
 
-def decode(tree, arrays: list, used: set, _row: tuple | None = None):
-    """Inverse of :func:`encode`. Raises ValueError on a malformed marker or
-    an array referenced twice or out of range. ``_row``: (process, count)
-    inside a per-process value."""
+def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int = 0):
+    """Inverse of :func:`encode`. Raises ValueError on a malformed marker, an
+    array referenced twice or out of range, or a tree nested deeper than
+    ``MAX_DEPTH`` (whatever walks the tree later recurses too). ``_row``:
+    (process, count) inside a per-process value."""
+    if _depth > MAX_DEPTH:
+        raise ValueError(f"the tree is nested deeper than {MAX_DEPTH} levels")
+    _depth += 1
     if isinstance(tree, dict):
         if len(tree) == 1:
             (key, value), = tree.items()
@@ -177,7 +184,8 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None):
             if key == PER_PROCESS:
                 if _row is not None or not isinstance(value, list) or not value:
                     raise ValueError("malformed per-process value")
-                return ProcessValues([decode(t, arrays, used, (r, len(value))) for r, t in enumerate(value)])
+                return ProcessValues([decode(t, arrays, used, (r, len(value)), _depth)
+                                      for r, t in enumerate(value)])
             if key == BIGINT:
                 if not isinstance(value, str) or not value.lstrip("-").isdigit() or len(value) > 4300:
                     raise ValueError(f"malformed integer {value!r}")
@@ -187,9 +195,9 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None):
                         or not all(isinstance(v, float) for v in value)):
                     raise ValueError(f"malformed complex {value!r}")
                 return complex(value[0], value[1])
-        return {k: decode(v, arrays, used, _row) for k, v in tree.items()}
+        return {k: decode(v, arrays, used, _row, _depth) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [decode(v, arrays, used, _row) for v in tree]
+        return [decode(v, arrays, used, _row, _depth) for v in tree]
     if tree is None or isinstance(tree, (bool, int, float, str, bytes)):
         return tree
     raise ValueError(f"unexpected value of type {type(tree).__name__} in header")
