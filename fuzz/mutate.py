@@ -153,26 +153,44 @@ def bogus_codec(header, payload, rng):
 
 
 def to_blocks(header, payload, rng):
-    """A single-block array as a blocked one: halves, overlapping or gapped
-    blocks, blocks outside the array."""
-    candidates = [e for e in header["arrays"] if isinstance(e, dict) and "nbytes" in e
-                  and isinstance(e.get("shape"), list) and e["shape"]]
+    """A raw single-block array rewritten as two blocks (as several
+    processes write it), each stored at its own aligned offset with a right
+    checksum, then, most of the time, a lie: overlapping, gapped, outside
+    the array, duplicated, or many empty blocks. The file becomes format 2."""
+    candidates = [e for e in header["arrays"] if isinstance(e, dict) and e.get("codec") == "raw"
+                  and isinstance(e.get("shape"), list) and e["shape"] and all(
+                      isinstance(d, int) and d > 0 for d in e["shape"])
+                  and isinstance(e.get("offset"), int) and isinstance(e.get("nbytes"), int)]
     if not candidates:
         return None
     entry = rng.choice(candidates)
     i = header["arrays"].index(entry)
-    shape = entry["shape"]
-    half = max(1, shape[0] // 2) if isinstance(shape[0], int) else 1
-    rest = list(shape[1:])
-    base = {k: entry.get(k) for k in ("offset", "stored", "codec", "checksum")}
-    starts = rng.choice([[0, half], [0, 0], [0, half - 1], [0, half + 1], [0, 2**40]])
-    blocks = [{"start": [s] + [0] * len(rest), "shape": [half] + rest, **base} for s in starts]
-    if rng.random() < 0.3:
-        blocks = blocks * rng.choice([2, 100])
+    shape, rows = entry["shape"], entry["shape"][0]
+    row_bytes = entry["nbytes"] // rows
+    data = payload[entry["offset"]:entry["offset"] + entry["nbytes"]]
+    cut = rng.randint(0, rows)
+    blocks = []
+    for a, b in ((0, cut), (cut, rows)):
+        chunk = data[a * row_bytes:b * row_bytes]
+        payload += bytes(-len(payload) % 64)
+        blocks.append({"start": [a] + [0] * (len(shape) - 1), "shape": [b - a] + shape[1:],
+                       "offset": len(payload), "stored": len(chunk), "codec": "raw", "checksum": checksum(chunk)})
+        payload += chunk
+    lie = rng.choice(["none", "overlap", "gap", "outside", "duplicate", "empties"])
+    if lie == "overlap" and blocks[1]["start"][0] > 0:
+        blocks[1]["start"][0] -= 1
+    elif lie == "gap":
+        blocks[1]["start"][0] += 1
+    elif lie == "outside":
+        blocks[1]["start"][0] = rng.choice([2**40, rows, 2**63])
+    elif lie == "duplicate":
+        blocks.append(dict(blocks[0]))
+    elif lie == "empties":
+        empty = {**blocks[0], "shape": [0] + shape[1:], "stored": 0, "checksum": checksum(b"")}
+        blocks += [dict(empty, start=[rng.randrange(rows)] + [0] * (len(shape) - 1)) for _ in range(50)]
     header["arrays"][i] = {"dtype": entry.get("dtype"), "shape": shape, "blocks": blocks}
-    header["format_version"] = max(2, header.get("format_version", 2) if isinstance(
-        header.get("format_version"), int) else 2)
-    return payload
+    header["format_version"] = 2
+    return PREAMBLE.pack(MAGIC, 2, 0) + payload[PREAMBLE.size:]
 
 
 def zstd_size_lies(header, payload, rng):

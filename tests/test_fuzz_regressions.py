@@ -108,3 +108,12 @@ def test_dtype_that_is_a_map(small):
     for read in (nkserde.load_state_dict, nkserde.verify):
         with pytest.raises(CorruptFileError, match="array 0: unknown dtype"):
             read(small)
+
+
+def test_per_process_values_of_different_structures(small, tmp_path):
+    # found: a per-process node whose processes' values differ in structure
+    # loaded, then migrate raised TypeError re-encoding it
+    _rewrite(small, lambda h: h["tree"].update(obj={"@per_process": [{"a": 1}, {"b": [2]}]}))
+    for read in (nkserde.load_state_dict, lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
+        with pytest.raises(CorruptFileError, match="per-process values of different structures"):
+            read(small)

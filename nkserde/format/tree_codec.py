@@ -115,13 +115,13 @@ def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> di
         rows: list = []
         encoded.append((encode(value, rows, _path=path), rows))
     if any(len(rows) != len(encoded[0][1]) for _, rows in encoded):
-        raise TypeError(f"{path}: per-process values of different structures")
+        raise UnregisteredTypeError(f"{format_path(path)}: per-process values of different structures")
     first = len(arrays)
     for j in range(len(encoded[0][1])):
         column = [rows[j] for _, rows in encoded]
         if any(isinstance(a, GlobalArray) or a.shape != column[0].shape or a.dtype != column[0].dtype
                for a in column):
-            raise TypeError(f"{path}: per-process arrays of different shapes or dtypes")
+            raise UnregisteredTypeError(f"{format_path(path)}: per-process arrays of different shapes or dtypes")
         arrays.append(np.stack(column))
         if paths is not None:
             paths.append(path)
@@ -144,6 +144,18 @@ def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> 
     its place."""
     for node, value, where in deferred:
         node[PRIMARY] = encode(value, arrays, paths, _path=where)
+
+
+def _same_structure(a, b) -> bool:
+    """The same containers, keys, types and array shapes (the processes'
+    values of one per-process field, as they are written)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_structure(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same_structure, a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype
+    return not isinstance(b, (dict, list, np.ndarray))  # scalars may differ in type (None, int)
 
 
 def _array_ref(value, arrays) -> int:
@@ -184,8 +196,10 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int
             if key == PER_PROCESS:
                 if _row is not None or not isinstance(value, list) or not value:
                     raise ValueError("malformed per-process value")
-                return ProcessValues([decode(t, arrays, used, (r, len(value)), _depth)
-                                      for r, t in enumerate(value)])
+                values = [decode(t, arrays, used, (r, len(value)), _depth) for r, t in enumerate(value)]
+                if any(not _same_structure(v, values[0]) for v in values[1:]):
+                    raise ValueError("per-process values of different structures")
+                return ProcessValues(values)
             if key == BIGINT:
                 if not isinstance(value, str) or not value.lstrip("-").isdigit() or len(value) > 4300:
                     raise ValueError(f"malformed integer {value!r}")
