@@ -44,7 +44,7 @@ from netket.utils import struct
 from .. import api, fingerprint as run_fingerprint, registry
 from .._log import say
 from ..distributed import any_process, coordination_name, multi_process, on_process_0
-from ..errors import CorruptFileError, NkserdeError, UnsupportedNetKetError, UnsupportedVersionError
+from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..parts import primary
@@ -56,6 +56,7 @@ from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop
 from .writer import CheckpointWriter
 
 RESUME_MODES = ("auto", "force", "never", "must")
+WRITE_ERROR_MODES = ("warn", "raise")
 
 
 def _stateful(callback) -> bool:
@@ -127,6 +128,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         (convergence criteria); a StopRun of any other callback (e.g.
         ``nk.callbacks.Timeout``) is an interruption that the next run of
         the script resumes.
+      on_write_error: ``"warn"`` (a checkpoint that cannot be written, e.g.
+        the disk is full or the directory vanished, costs that checkpoint:
+        one warning naming it and the newest checkpoint on disk, and the run
+        goes on) or ``"raise"`` (the run stops with the NkserdeError). Either
+        way the checkpoints already written stay: retention only runs after
+        a checkpoint is written and verified.
 
     After ``on_run_start``, ``resumed_from`` is the step the run resumed
     from, or None for a fresh start. After the run, ``interrupted`` names
@@ -144,6 +151,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     async_save: bool = struct.field(pytree_node=False, serialize=False)
     signals: tuple = struct.field(pytree_node=False, serialize=False)
     final_stops: tuple = struct.field(pytree_node=False, serialize=False)
+    on_write_error: str = struct.field(pytree_node=False, serialize=False)
     resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
     interrupted: str | None = struct.field(pytree_node=False, serialize=False)
     # the parts it delegates to
@@ -156,9 +164,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
-                 signals=(signal.SIGTERM, signal.SIGUSR1), final_stops=FINAL_STOPS):
+                 signals=(signal.SIGTERM, signal.SIGUSR1), final_stops=FINAL_STOPS,
+                 on_write_error: str = "warn"):
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+        if on_write_error not in WRITE_ERROR_MODES:
+            raise ValueError(f"on_write_error must be one of {WRITE_ERROR_MODES}, got {on_write_error!r}")
         if every < 1 or keep < 1:
             raise ValueError("every and keep must be >= 1")
         self.directory = Path(directory)
@@ -168,6 +179,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.async_save = bool(async_save)
         self.signals = tuple(signals)
         self.final_stops = tuple(final_stops)
+        self.on_write_error = on_write_error
         self.resumed_from = None
         self.interrupted = None
         self._files = RunDirectory(self.directory)
@@ -420,7 +432,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             path = files.step_path(step)
             try:
                 state = api.load_state_dict(path)  # read whole: verified
-            except (CorruptFileError, UnsupportedVersionError, OSError) as exc:
+            except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
                 warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
                 continue
             chosen_state.append(state)
@@ -460,13 +472,32 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
         run = self._run
         completed = run.completed
-        self._writer.raise_error()
+        run.last_saved = completed  # a failed checkpoint is not retried at the same step
+        self._settle_write_error()
         state = api.state_dict(self._payload(driver, run, completed, stopped))
         if asynchronous:
             state = host_copy(state)
-        self._writer.submit(self._write_steps(state, self.path(completed), completed),
-                            asynchronous=asynchronous)
-        run.last_saved = completed
+        path = self.path(completed)
+        try:
+            self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous,
+                                target=path)
+        except NkserdeError as exc:
+            self._write_failed(exc)
+
+    def _settle_write_error(self):
+        """The error of the last write, if it failed: raised or warned about
+        (``on_write_error``)."""
+        try:
+            self._writer.raise_error()
+        except NkserdeError as exc:
+            self._write_failed(exc)
+
+    def _write_failed(self, exc: NkserdeError):
+        if self.on_write_error == "raise":
+            raise exc
+        steps = self.steps()
+        newest = f"{self.path(steps[-1]).name} is the newest checkpoint" if steps else "there is no checkpoint yet"
+        warnings.warn(f"nkserde: {exc}; {newest}; the run goes on (on_write_error='warn')", stacklevel=4)
 
     def _write_steps(self, state, path, completed):
         """The steps of writing one checkpoint (see background.BackgroundWrite)."""
@@ -485,7 +516,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._signals.restore()
         self._files.lock.release()
         if raise_write_error:
-            self._writer.raise_error()
+            self._settle_write_error()
         elif self._writer.error is not None:
             say(f"{self.directory}: writing a checkpoint failed: {self._writer.discard_error()}",
                 logging.WARNING)

@@ -37,15 +37,17 @@ class CheckpointWriter:
         self.label = label
         self.lags: list[tuple[int, float]] = []
         self._write: BackgroundWrite | None = None
+        self._target = None  # what the write in flight writes
         self._error: BaseException | None = None
+        self._error_target = None
 
-    def submit(self, steps, *, asynchronous: bool) -> None:
+    def submit(self, steps, *, asynchronous: bool, target=None) -> None:
         """Waits for the write in flight, then runs ``steps`` (a generator of
-        bounded write steps): in a background thread if ``asynchronous``,
-        else here, raising its error."""
+        bounded write steps) that write ``target`` (named in errors): in a
+        background thread if ``asynchronous``, else here, raising its error."""
         self.wait()
         write = BackgroundWrite(steps, name="nkserde-checkpoint")
-        self._write = write
+        self._write, self._target = write, target
         if asynchronous:
             _PENDING.add(self)
             write.start()
@@ -64,7 +66,7 @@ class CheckpointWriter:
             write.finish()
         self._write = None
         if write.error is not None:
-            self._error = write.error
+            self._error, self._error_target = write.error, self._target
         if write.started:
             self.lags.append((write.steps_in_caller, write.seconds))
 
@@ -77,7 +79,8 @@ class CheckpointWriter:
         """Raises (once) NkserdeError for a write that failed."""
         if self._error is not None:
             exc, self._error = self._error, None
-            raise NkserdeError(f"{self.label}: writing a checkpoint failed: {exc}") from exc
+            what = f"writing {self._error_target}" if self._error_target is not None else "writing a checkpoint"
+            raise NkserdeError(f"{self.label}: {what} failed: {exc}") from exc
 
     def discard_error(self) -> BaseException | None:
         """Forgets (and returns) the error of a failed write."""
