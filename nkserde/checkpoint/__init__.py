@@ -4,6 +4,7 @@
     callback.py       Checkpoint: NetKet's hooks, what a checkpoint holds, the restore
     wrapper.py        checkpointed(driver, dir): run-<i> per run() call
     stops.py          final stop or interruption (NetKet's StopRun)
+    choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
     run_directory.py  one run's files: checkpoints, fingerprint.json, moving aside, retiring
     lock.py           the directory lock (host and pid; stale locks taken over)
     retention.py      which steps stay (keep, keep_every): a pure policy

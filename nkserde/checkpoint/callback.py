@@ -48,6 +48,7 @@ from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..parts import primary
+from .choice import choose_checkpoint
 from .retention import Retention
 from .run_directory import RunDirectory
 from .signals import SignalCatcher
@@ -371,13 +372,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         stopped for good (nothing to do)."""
         current = run_fingerprint.fingerprint(driver)
         chosen_here = []  # process 0 keeps the state it verified
-        chosen = on_process_0(coordination_name("checkpoint:decisions", self.directory),
-                              lambda: self._choose(current, chosen_here),
+
+        def decide():
+            choice = choose_checkpoint(self._files, self.resume, current, every=self.every)
+            chosen_here.extend(choice or ())
+            return str(choice[0]) if choice else None
+
+        chosen = on_process_0(coordination_name("checkpoint:decisions", self.directory), decide,
                               f"{self.directory}: process 0 could not start the run")
         if chosen is None:
             return False
         path = Path(chosen)
-        state = chosen_here[0] if chosen_here else api.load_state_dict(path)
+        state = chosen_here[1] if chosen_here else api.load_state_dict(path)
         try:
             self._restore(driver, run, state)
         except NkserdeError as exc:
@@ -399,50 +405,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             api.check_storable(self._payload(driver, run, driver.step_count))
         except NkserdeError as exc:
             raise type(exc)(f"{self.directory}: this run cannot be checkpointed: {exc}") from None
-
-    def _choose(self, current: dict, chosen_state: list) -> str | None:
-        """Process 0: takes the lock, checks the fingerprint, returns the
-        path of the checkpoint to resume (None: start fresh) and appends its
-        state dict, read and verified, to ``chosen_state``."""
-        files = self._files
-        files.lock.acquire()
-        if self.resume == "never" and files.has_history():
-            files.move_aside()
-        existing = files.steps()
-        if not existing:
-            if self.resume == "must":
-                raise NkserdeError(f"{self.directory}: resume='must' but there is no checkpoint to resume")
-            files.write_fingerprint(current)
-            say(f"{self.directory}: no checkpoint, starting fresh (a checkpoint every {self.every} steps)")
-            return None
-        saved = files.read_fingerprint()
-        if saved:
-            changes = run_fingerprint.changes(saved, current)
-            if changes and self.resume != "force":
-                raise NkserdeError(
-                    f"{self.directory}: the run differs from the one that wrote these checkpoints "
-                    "(use resume='force' to load anyway, or resume='never' to start fresh):\n  "
-                    + "\n  ".join(changes))
-            if changes:
-                say(f"{self.directory}: resume='force': resuming despite {len(changes)} changes; "
-                    "the new settings apply", logging.WARNING)
-            if not run_fingerprint.comparable(saved):
-                say(f"{self.directory}: fingerprint.json was written by an older nkserde; not compared")
-        for step in reversed(existing):
-            path = files.step_path(step)
-            try:
-                state = api.load_state_dict(path)  # read whole: verified
-            except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
-                warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
-                continue
-            chosen_state.append(state)
-            if self.resume == "force" or not run_fingerprint.comparable(saved):
-                files.write_fingerprint(current)
-            return str(path)
-        if self.resume == "must":
-            raise NkserdeError(f"{self.directory}: no checkpoint verifies; nothing to resume")
-        files.write_fingerprint(current)
-        return None
 
     def _restore(self, driver, run: _Run, state):
         # Everything is rebuilt (and any mismatch raised) before anything
