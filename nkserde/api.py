@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jax
 
-from . import directory, tree
+from . import directory, partial, tree
 from . import format as fileformat
 from .errors import NkserdeError, UnsupportedVersionError
 from .tree import TYPE
@@ -125,11 +125,35 @@ def check_storable(obj) -> None:
     tree.to_state_dict(obj, check_only=True)
 
 
-def load(template, path):
+def load(template, path, *, at=None, strict: bool = True, rename=None, report: bool = False):
     """A new object shaped like ``template`` (built the same way as the saved
     object) with every number read from ``path``. The template is not
     mutated. Raises FileNotFoundError, or an ``nkserde.errors`` exception
     naming the file, the path inside the object, and what differs.
+
+    ``at``: load the part of the file stored at this path (``"state"``: the
+    variational state of a driver; ``"state/parameters"`` into a parameter
+    pytree); paths are the ones error messages name, and then name the
+    file's paths (``state/parameters/Dense/kernel``). Raises
+    NoSuchPathError if the file has nothing there.
+
+    ``strict=False``: restore what matches and keep the template's value
+    for every entry missing in the file or whose shape, dtype or type
+    differs; stored entries the template has no place for are not used.
+    Each is named in a :class:`nkserde.LoadReport` and in one
+    :class:`nkserde.PartialLoadWarning` (``.report``). A stored object of
+    another kind of the same family loads its shared fields only: an
+    MCState's parameters and model state into a FullSumState (and back:
+    the MCState keeps its template's sampler state), a driver's
+    variational state into another driver (its optimizer state, step and
+    the rest stay the template's).
+
+    ``rename``: a mapping ``{file path: template path}`` (prefixes: every
+    path under the key moves) or a function ``file path -> path``, applied
+    to the file's paths before ``at`` and before matching (a renamed
+    module: ``{"state/parameters/Dense_0": "state/parameters/Dense_1"}``).
+
+    ``report=True``: return ``(object, LoadReport)``.
 
     ``path`` may also be a file NetKet wrote: a flax ``.mpack`` of a
     variational state or of its variables, or an nqxpack file (see
@@ -142,18 +166,31 @@ def load(template, path):
     if path.is_dir():
         path = directory.newest_verified(path)
     if _netket_file(path):
+        if at is not None or rename is not None or not strict or report:
+            raise NkserdeError(f"{path}: at=, rename=, strict=False and report= apply to nkserde "
+                               f"files; this is a file NetKet wrote")
         from . import netket_files
 
         return netket_files.load(template, path)
     header, state = fileformat.read_file(path)
-    if _is_checkpoint(state) and not _is_checkpoint_template(template):
+    state, _ = partial.apply_renames(state, rename, path)
+    where = ()
+    if at is not None and partial.split(at):
+        at_parts = partial.split(at)
+        if _is_checkpoint(state) and at_parts[0] not in state:
+            at_parts = ("driver",) + at_parts  # a Checkpoint's file: paths inside its driver
+        state, where = partial.select(state, at_parts, path)
+    elif _is_checkpoint(state) and not _is_checkpoint_template(template):
         state = state["driver"]
+    log = partial.LoadReport(file=str(path), at=partial.format_path(where) if where else "", strict=strict)
     try:
-        return tree.from_state_dict(template, state)
+        obj = tree.restore(template, state, where, report=log)
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
     except NkserdeError as exc:
         raise type(exc)(f"{path}: {exc}") from None
+    log.warn(stacklevel=2)
+    return (obj, log) if report else obj
 
 
 def _netket_file(path: Path) -> bool:

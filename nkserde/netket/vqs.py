@@ -126,3 +126,10 @@ registry.register(
     dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None "
         "(the writing run's; a load keeps the template's)")
+
+
+# An MCState's and a FullSumState's parameters mean the same thing: a
+# non-strict load moves them (and the model state) between the two kinds;
+# an MCState loaded from a FullSumState keeps its template's sampler state.
+registry.transferable("variational state", ("netket.vqs.MCState", "netket.vqs.FullSumState"),
+                      fields=("parameters", "model_state", "chunk_size"))
