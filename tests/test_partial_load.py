@@ -160,3 +160,30 @@ def test_renames_mapping_and_function(trained):
     assert _same(params["hidden"], stored["Dense"]) and _same(params["visible_bias"], stored["visible_bias"])
     params = nkserde.load(template, path, at="state/parameters", rename=lambda p: p.replace("Dense", "hidden"))
     assert _same(params["hidden"], stored["Dense"])
+
+
+def test_chains_the_template_cannot_use_are_redrawn(trained):
+    driver, path = trained
+    graph, _, _ = builders.system()
+    hilbert = nk.hilbert.Spin(0.5, builders.N, total_sz=0)
+    template = nk.vqs.MCState(nk.sampler.MetropolisExchange(hilbert, graph=graph, n_chains=8),
+                              nk.models.RBM(alpha=1, param_dtype=float), n_samples=64, seed=0, sampler_seed=1)
+    stored = np.asarray(driver.state.sampler_state.σ)
+    valid = stored.sum(axis=-1) == 0
+    n_bad = int((~valid).sum())
+    assert n_bad  # the unconstrained chains break total_sz=0
+    with pytest.warns(UserWarning, match=f"{n_bad} of 8 loaded chains are not states") as record:
+        vs = nkserde.load(template, path, at="state")
+    assert not any(issubclass(w.category, nkserde.PartialLoadWarning) for w in record)
+    chains = np.asarray(vs.sampler_state.σ)
+    assert (chains.sum(axis=-1) == 0).all()
+    assert (chains[valid] == stored[valid]).all()  # the usable chains are the file's
+    assert (chains[~valid] == np.asarray(template.sampler_state.σ)[~valid]).all()
+    assert (np.asarray(vs.samples).sum(axis=-1) == 0).all()
+    # and back: constrained chains are valid unconstrained ones, loaded silently
+    tmp = path.parent / "constrained.nks"
+    nkserde.save(vs, tmp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        back = nkserde.load(builders.mc_state(), tmp)
+    assert (np.asarray(back.sampler_state.σ) == chains).all()
