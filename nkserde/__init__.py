@@ -10,6 +10,7 @@ Public API::
     nkserde.from_state_dict(template, sd)
     nkserde.load_state_dict(path)        -> the file's state dict, no template
     nkserde.info(path)                   -> dict of metadata
+    nkserde.open(path)                   -> reader: f["state/parameters/Dense/kernel"], f.keys(), f.info
     nkserde.verify(path)                 -> info, after checking every checksum
     nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
     nkserde.migration(name, from_version)
@@ -23,6 +24,7 @@ Public API::
 from . import errors
 from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
                   state_dict, verify)
+from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
 from .parts import per_process
 from .partial import LoadReport, PartialLoadWarning
 from .file_migration import migrate
@@ -38,5 +40,5 @@ else:  # NetKet 3.21: no callback API to hook a checkpoint into
 __version__ = "0.1.0"
 __all__ = ["Checkpoint", "LoadReport", "PartialLoadWarning",
            "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict",
-           "migrate", "migration", "per_process", "register", "save",
+           "migrate", "migration", "open", "per_process", "register", "save",
            "save_state_dict", "state_dict", "verify"]

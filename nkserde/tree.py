@@ -21,6 +21,7 @@ import numpy as np
 
 from . import registry
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from .format.reader import LazyArray, materialize
 from .parts import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 
 TYPE, VERSION = "@type", "@version"
@@ -147,8 +148,8 @@ def _node(reg: registry.Registration, obj, path) -> dict:
 def _describe(x) -> str:
     if isinstance(x, dict) and TYPE in x:
         return f"{x[TYPE]} (schema version {x.get(VERSION)})"
-    if isinstance(x, (np.ndarray, jax.Array, np.generic)):
-        return f"array {x.dtype}{list(np.shape(x))}"
+    if isinstance(x, (np.ndarray, jax.Array, np.generic, LazyArray)):
+        return f"array {x.dtype}{list(x.shape)}"
     if isinstance(x, Mapping):
         return f"dict with keys {sorted(map(str, x))[:8]}"
     if isinstance(x, (list, tuple)):
@@ -199,6 +200,8 @@ def from_state_dict(template, state, path=()) -> Any:
     The template is not mutated."""
     if state is None:  # an optional value that was unset when saved
         return None
+    if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)):
+        state = state.read()  # an array of a file is read when, and only if, the template asks for it
     if isinstance(template, Primary):
         template = template.value
     if isinstance(state, Primary):  # an in-memory state dict
@@ -206,6 +209,11 @@ def from_state_dict(template, state, path=()) -> Any:
     if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
         return _restore_per_process(template, state, path)
     if isinstance(template, Resizable):
+        if isinstance(state, LazyArray):  # read here unless it fits as it is (see _restore_array)
+            fits = isinstance(template.value, jax.Array) and tuple(state.shape) == tuple(template.value.shape)
+            if fits:
+                return from_state_dict(template.value, state, path)
+            state = state.read()
         return from_state_dict(template.value, _resize(template.value, state, path, template.announce),
                                path)
     if isinstance(template, jax.Array) and _is_key_array(template):
@@ -279,6 +287,8 @@ def _restore_node(reg: registry.Registration, template, state, path):
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
     fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
+    if version != (reg.version if shared is None else registry.lookup_name(name).version):
+        fields = materialize(fields)  # migrations see numpy arrays
     if shared is not None:
         fields = registry.upgrade(name, version, fields, registry.lookup_name(name).version, path)
     else:
@@ -372,7 +382,9 @@ def _resize(template, state, path, announce=True):
 
 
 def _restore_array(template, state, path):
-    if not isinstance(state, np.ndarray):
+    if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
+        state = state.read()
+    if not isinstance(state, (np.ndarray, LazyArray)):
         if isinstance(state, _SCALARS) and np.ndim(template) == 0:
             state = np.asarray(state)  # a Python number where an array scalar is expected
             if state.dtype.kind != np.asarray(template).dtype.kind:
@@ -396,7 +408,7 @@ def _restore_array(template, state, path):
         raise mismatch(path, state, template)
     _count()
     if state.dtype != t_dtype:
-        state = state.astype(t_dtype)
+        state = materialize(state).astype(t_dtype)
     if isinstance(template, np.ndarray):
         return state
     if isinstance(template, np.generic):
@@ -417,7 +429,9 @@ def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:
     ``array``. Aliases the numpy buffer when it is suitably aligned."""
     sharding = template.sharding
     if template.is_fully_addressable:
-        out = jax.device_put(array, sharding, may_alias=True)
+        out = jax.device_put(materialize(array), sharding, may_alias=True)
+    elif isinstance(array, LazyArray):  # each process reads the blocks of its own shards only
+        out = jax.make_array_from_callback(array.shape, sharding, array.read)
     else:
         out = jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
     if getattr(template, "weak_type", False):
@@ -456,6 +470,8 @@ def _untemplated(state, path, to_jax=True):
     (e.g. a momentum buffer created at the first step; arrays become JAX
     arrays) or for a registration's free fields (arrays stay numpy).
     Registered objects need a template."""
+    if isinstance(state, LazyArray):
+        state = state.read()
     if isinstance(state, ProcessValues):
         return _untemplated(state.values[jax.process_index() % len(state.values)], path, to_jax)
     if isinstance(state, dict):

@@ -187,3 +187,89 @@ def test_chains_the_template_cannot_use_are_redrawn(trained):
         warnings.simplefilter("error")
         back = nkserde.load(builders.mc_state(), tmp)
     assert (np.asarray(back.sampler_state.σ) == chains).all()
+
+
+# Lazy reads -------------------------------------------------------------------
+
+
+def _rchar():
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar")).split()[1])
+
+
+@pytest.fixture(scope="module")
+def big_and_small(tmp_path_factory):
+    """A file with a small entry and a 16 MB one (random: stored raw)."""
+    rng = np.random.default_rng(0)
+    obj = {"params": {"w": rng.normal(size=(8, 8))}, "opt": {"mu": rng.normal(size=(2 << 20,)),
+                                                              "zeros": np.zeros(1 << 16)}}
+    path = tmp_path_factory.mktemp("lazy") / "big.nks"
+    nkserde.save(obj, path)
+    return obj, path
+
+
+def test_load_reads_only_what_the_template_asks_for(big_and_small):
+    obj, path = big_and_small
+    before = _rchar()
+    params = nkserde.load({"w": np.zeros((8, 8))}, path, at="params")
+    read = _rchar() - before
+    assert (params["w"] == obj["params"]["w"]).all()
+    assert read < 1 << 20, read  # the 16 MB entry was not read
+    before = _rchar()
+    nkserde.load(obj, path)
+    assert _rchar() - before > 16 << 20
+
+
+def test_a_damaged_entry_fails_only_the_loads_that_read_it(big_and_small, tmp_path):
+    obj, path = big_and_small
+    damaged = tmp_path / "damaged.nks"
+    data = bytearray(path.read_bytes())
+    with nkserde.open(path) as f:
+        offset = f._lazy.header["arrays"][1]["offset"]  # opt/mu
+    data[offset + 100] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    assert (nkserde.load({"w": np.zeros((8, 8))}, damaged, at="params")["w"] == obj["params"]["w"]).all()
+    with pytest.raises(nkserde.errors.CorruptFileError, match="opt/mu|array 1"):
+        nkserde.load(obj, damaged)
+
+
+def test_open_reads_one_entry(big_and_small, trained):
+    obj, path = big_and_small
+    with nkserde.open(path) as f:
+        assert sorted(f.keys()) == ["opt/mu", "opt/zeros", "params/w"]
+        assert f.info["n_arrays"] == 3
+        before = _rchar()
+        w = f["params/w"]
+        assert _rchar() - before < 1 << 20
+        mu = f["opt/mu"]  # raw, one block: mapped, not read
+        assert isinstance(mu, np.memmap) and _rchar() - before < 1 << 20
+        assert (mu == obj["opt"]["mu"]).all() and (w == obj["params"]["w"]).all()
+        zeros = f["opt/zeros"]  # compressed: read and verified
+        assert not isinstance(zeros, np.memmap) and (zeros == 0).all()
+        assert (f.read("opt/mu") == obj["opt"]["mu"]).all()
+        assert "opt/mu" in f and "opt/nu" not in f
+        with pytest.raises(NoSuchPathError, match="opt/nu"):
+            f["opt/nu"]
+    driver, path = trained
+    with nkserde.open(path) as f:
+        kernel = f["state/parameters/Dense/kernel"]
+        assert (np.asarray(kernel) == np.asarray(driver.state.parameters["Dense"]["kernel"])).all()
+        assert "state/sampler_state/chains" in f.keys()
+        assert f.info["root_type"] == "netket.driver.VMC"
+
+
+def test_the_readme_sweep_in_h_warm_starts_each_point(tmp_path):
+    graph, hi, _ = builders.system()
+    vs = builders.mc_state()
+    hs, ends = [0.5, 1.0], []
+    for i, h in enumerate(hs):
+        H = nk.operator.Ising(hi, graph, h=h)
+        if i:
+            vs = nkserde.load(vs, tmp_path / f"h{hs[i - 1]}.nks", at="state")
+            assert _same(vs.parameters, ends[-1])  # the previous point's end
+        gs = nk.driver.VMC(H, nk.optimizer.Sgd(0.01), variational_state=vs)
+        gs.run(2, show_progress=False)
+        nkserde.save(gs, tmp_path / f"h{h}.nks")
+        ends.append(gs.state.parameters)
+    exact = nkserde.load(nk.vqs.FullSumState(hi, vs.model), tmp_path / "h1.0.nks", at="state", strict=False)
+    assert _same(exact.parameters, ends[-1])
