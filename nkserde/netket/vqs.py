@@ -73,12 +73,20 @@ def _valid(hilbert, chains):
     site's value among its local states, and the constraint (total_sz=0,
     a fixed particle number) met. Never enumerates the space."""
     xp = np if isinstance(chains, np.ndarray) else jnp
-    if hilbert.is_finite and hilbert.local_states is not None:
-        ok = xp.isin(chains, xp.asarray(hilbert.local_states, dtype=chains.dtype)).all(axis=-1)
+    subspaces = getattr(hilbert, "subspaces", None)
+    if subspaces:  # a tensor product: each factor (maybe constrained) on its own sites
+        ok, start = None, 0
+        for sub in subspaces:
+            part = _valid(sub, chains[..., start:start + sub.size])
+            ok, start = part if ok is None else ok & part, start + sub.size
+        return ok
+    local = getattr(hilbert, "local_states", None)
+    if local is not None:
+        ok = xp.isin(chains, xp.asarray(local, dtype=chains.dtype)).all(axis=-1)
     else:
         ok = xp.stack([xp.isin(chains[..., i], xp.asarray(hilbert.states_at_index(i), dtype=chains.dtype))
                        for i in range(hilbert.size)], axis=-1).all(axis=-1)
-    if hilbert.constrained:
+    if getattr(hilbert, "constrained", False) and hasattr(hilbert, "constraint"):
         flat = chains.reshape(-1, chains.shape[-1])
         ok = ok & xp.asarray(hilbert.constraint(jnp.asarray(flat))).reshape(ok.shape)
     return ok
