@@ -135,6 +135,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         goes on) or ``"raise"`` (the run stops with the NkserdeError). Either
         way the checkpoints already written stay: retention only runs after
         a checkpoint is written and verified.
+      init_from: a file or checkpoint directory of *another* run whose
+        variational state this run starts from while ``directory`` has no
+        checkpoint of its own (transfer learning: a sweep in a coupling
+        warm-started from the previous point, a quench from a ground
+        state). The run keeps its own fingerprint, optimizer state and step
+        count; once it has a checkpoint, a restart resumes that instead.
+      at, strict, rename: how the state is taken from ``init_from``, as in
+        :func:`nkserde.load`: ``at`` is where it is in that file (default:
+        ``"state"`` for a driver or Checkpoint file, the whole file for a
+        variational state's); ``strict=False`` lets an MCState start from a
+        FullSumState and back, and keeps the template's values for what
+        does not fit (one warning names them).
 
     After ``on_run_start``, ``resumed_from`` is the step the run resumed
     from, or None for a fresh start. After the run, ``interrupted`` names
@@ -153,6 +165,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     signals: tuple = struct.field(pytree_node=False, serialize=False)
     final_stops: tuple = struct.field(pytree_node=False, serialize=False)
     on_write_error: str = struct.field(pytree_node=False, serialize=False)
+    init_from: Path | None = struct.field(pytree_node=False, serialize=False)
+    at: str | None = struct.field(pytree_node=False, serialize=False)
+    strict: bool = struct.field(pytree_node=False, serialize=False)
+    rename: Any = struct.field(pytree_node=False, serialize=False)
     resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
     interrupted: str | None = struct.field(pytree_node=False, serialize=False)
     # the parts it delegates to
@@ -166,7 +182,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
                  resume: str = "auto", loggers=(), async_save: bool = True,
                  signals=(signal.SIGTERM, signal.SIGUSR1), final_stops=FINAL_STOPS,
-                 on_write_error: str = "warn"):
+                 on_write_error: str = "warn", init_from=None, at: str | None = None, strict: bool = True,
+                 rename=None):
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
         if on_write_error not in WRITE_ERROR_MODES:
@@ -181,6 +198,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.signals = tuple(signals)
         self.final_stops = tuple(final_stops)
         self.on_write_error = on_write_error
+        self.init_from = None if init_from is None else Path(init_from)
+        self.at, self.strict, self.rename = at, bool(strict), rename
         self.resumed_from = None
         self.interrupted = None
         self._files = RunDirectory(self.directory)
@@ -381,6 +400,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         chosen = on_process_0(coordination_name("checkpoint:decisions", self.directory), decide,
                               f"{self.directory}: process 0 could not start the run")
         if chosen is None:
+            if self.init_from is not None:
+                self._start_from_another_run(driver)
             return False
         path = Path(chosen)
         state = chosen_here[1] if chosen_here else api.load_state_dict(path)
@@ -397,6 +418,21 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             say(f"{self.directory}: resumed {type(driver).__name__} from step {driver.step_count} "
                 f"({path.name})")
         return nothing_to_do
+
+    def _start_from_another_run(self, driver):
+        """The variational state of ``init_from`` into the driver's, in place
+        (every process reads it)."""
+        source = self.init_from
+        if not source.exists():
+            raise NkserdeError(f"{self.directory}: init_from={source}: no such file or directory")
+        at = self.at if self.at is not None else _state_path(source)
+        try:
+            new = api.load(driver.state, source, at=at, strict=self.strict, rename=self.rename)
+        except NkserdeError as exc:
+            raise type(exc)(f"{self.directory}: init_from={source}: {exc}") from None
+        _assign(driver.state, new)
+        say(f"{self.directory}: no checkpoint of this run; starting from the variational state of {source}"
+            + (f" (at {at!r})" if at else ""))
 
     def _check_storable(self, driver, run: _Run):
         """Fails now, not at the first checkpoint ``every`` steps in, if
@@ -496,6 +532,20 @@ class _Run:
         self.last_saved: int | None = None  # step of the newest checkpoint submitted
         self.dirty_step: int | None = None  # the step whose update has begun, until it completes
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
+
+
+def _state_path(source: Path) -> str | None:
+    """Where the variational state is in ``source``: ``"state"`` in a driver
+    or Checkpoint file (or directory), the whole file otherwise (a saved
+    variational state, a file NetKet wrote)."""
+    if source.is_dir():
+        return "state"
+    try:
+        root = api.info(source)["root_type"]
+    except (NkserdeError, OSError):
+        return None  # not an nkserde file (NetKet's own), or unreadable: load says which
+    reg = registry.lookup_name(root)
+    return "state" if root == "checkpoint" or (reg is not None and "state" in (reg.fields or ())) else None
 
 
 def _assign(live, restored, skip=()):
