@@ -165,7 +165,8 @@ def _loss_series(loggers) -> tuple[str, dict] | None:
             columns = series.get("columns") if isinstance(series, dict) else None
             if isinstance(columns, dict) and _ref(columns.get("Mean")) is not None \
                     and _ref(columns.get("iters")) is not None:
-                name = "/".join(str(p) for p in series.get("path") or ["loss"])
+                where = series.get("path")
+                name = "/".join(str(p) for p in where) if isinstance(where, list) and where else "loss"
                 return name, columns
     return None
 
@@ -178,6 +179,14 @@ def summary(path: Path) -> dict:
     logged at) or None. Raises NkserdeError/OSError if the file cannot be read."""
     path = Path(path)
     header = fileformat.read_header(path)
+    try:
+        return _summary(path, header)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # a header that reads but whose content is not what a checkpoint holds
+        raise CorruptFileError(f"{path}: unexpected checkpoint content ({type(exc).__name__}: {exc})") from None
+
+
+def _summary(path: Path, header: dict) -> dict:
     tree, meta = header["tree"], header["meta"]
     tree = tree if isinstance(tree, dict) else {}
     driver = tree.get("driver") if isinstance(tree.get("driver"), dict) else tree
