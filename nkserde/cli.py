@@ -22,6 +22,7 @@ import math
 import shutil
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -585,6 +586,17 @@ def main(argv=None) -> int:
     """The console script ``nkserde`` and ``python -m nkserde``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+
+    def warn(message, category, filename, lineno, file=None, line=None):
+        # e.g. "skipping damaged checkpoint ...": one line, like the errors
+        print(f"nkserde {args.command}: warning: {_one_line(message)}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = warn
+        return _run(args)
+
+
+def _run(args) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -338,3 +338,15 @@ def test_contents_of_a_per_process_value():
     info, entries = nkserde.api.contents(FIXTURES / "netket-3.23.0" / "numpy_sampler.nks")
     per_process = [e for e in entries if e["per_process"] and e["kind"] == "array"]
     assert per_process and all(e["shape"][0] == info["process_count"] == 1 for e in per_process)
+
+
+def test_ls_without_verifying_and_diff_of_directories(inputs, capsys):
+    assert cli.main(["ls", "--no-verify", "--json", str(inputs / "damaged-dir")]) == 0
+    (run_,) = json.loads(capsys.readouterr().out)["runs"]
+    assert run_["resume"] is None and [c["verifies"] for c in run_["checkpoints"]] == [None] * 3
+    assert run_["checkpoints"][-1]["completed_steps"] == 6  # its header still reads
+    # a directory stands for its newest checkpoint that verifies: step 4, skipping the damaged 6
+    assert cli.main(["diff", str(inputs / "damaged-dir"), str(inputs / "vmc" / "step-0000000004.nks")]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[-1] == "same"
+    assert err.count("\n") == 1 and err.startswith("nkserde diff: warning: ") and "step-0000000006.nks" in err
