@@ -33,16 +33,20 @@ def from_state_dict(template, state) -> object:
 
 
 @functools.cache
-def _library_versions() -> dict:
-    # importlib.metadata lookups cost ~0.5 ms each: once per process
-    def version(dist):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+def installed_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or None. Cached:
+    importlib.metadata lookups cost ~0.5 ms each."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
-    return {"nkserde": version("nkserde"), "netket": version("netket"), "jax": jax.__version__,
-            "flax": version("flax"), "numpy": version("numpy"), "python": platform.python_version()}
+
+def _library_versions() -> dict:
+    """The versions a file records as its writers'."""
+    return {"nkserde": installed_version("nkserde"), "netket": installed_version("netket"),
+            "jax": jax.__version__, "flax": installed_version("flax"), "numpy": installed_version("numpy"),
+            "python": platform.python_version()}
 
 
 def _types(state, found: dict) -> dict:

@@ -221,7 +221,7 @@ def verify_steps(path):
     """Checks every checksum and the structure of a file, as
     :func:`read_file` does, as a generator yielding after every
     ``codecs.CHUNK`` bytes read (any thread may advance it; see
-    nkserde.background). Raw arrays are checksummed as they stream through
+    nkserde.checkpoint.background). Raw arrays are checksummed as they stream through
     one buffer; nothing is kept. Returns the header."""
     path = Path(path)
     buffer = memoryview(bytearray(codecs.CHUNK))
