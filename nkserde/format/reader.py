@@ -396,3 +396,40 @@ def verify_steps(path):
     except (ValueError, RecursionError) as exc:
         raise _corrupt(path, f"header tree is malformed: {exc}") from None
     return header
+
+
+def read_index(path) -> tuple[dict, list]:
+    """The validated header and array table, without reading any array:
+    ``(header, arrays)`` where ``arrays[i]`` is ``{"dtype", "shape",
+    "nbytes", "stored", "codecs", "blocks"}`` (``stored``: bytes on disk,
+    summed over blocks; ``codecs``: the distinct codecs of its blocks;
+    ``blocks``: how many blocks, 1 unless several processes wrote it).
+    Costs the trailer and the header: a multi-GB file is read instantly."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        header, payload_end = _open_header(f, path)
+    table = []
+    for i, entry in enumerate(header["arrays"]):
+        blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+        table.append({
+            "dtype": entry["dtype"], "shape": list(entry["shape"]),
+            "nbytes": math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize,
+            "stored": sum(b["stored"] for _, _, b in blocks),
+            "codecs": sorted({b["codec"] for _, _, b in blocks}), "blocks": len(blocks)})
+    return header, table
+
+
+def read_arrays(path, indices=None):
+    """Yields ``(i, array)`` for the arrays ``indices`` (all by default) of
+    a file, one at a time, each verified against its checksum: memory holds
+    one array, not the file."""
+    path = Path(path)
+    with open(path, "rb", buffering=0) as f:
+        header, payload_end = _open_header(f, path)
+        entries = header["arrays"]
+        for i in (range(len(entries)) if indices is None else indices):
+            if not 0 <= i < len(entries):
+                raise _corrupt(path, f"array reference {i} out of range")
+            entry = entries[i]
+            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+            yield i, _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
