@@ -12,6 +12,9 @@ What is measured, for each state size, in one process and one run:
   is timed as finished) and load time (until the arrays are ready), median
   of ``--repeat`` runs; within each repeat the methods alternate, each saving
   then loading, in an order rotated from repeat to repeat;
+* ``nkserde-serial`` (only with ``--methods``): nkserde with the checksum
+  of each array computed before its writes, in the same thread, as before
+  the checksum overlapped the writes (the same file bytes);
 * ``raw``: the same array bytes written array by array to one file + fsync,
   and read back with ``readinto`` into freshly allocated (untouched) numpy
   buffers: the limit for a format that stores the bytes as they are;
@@ -221,6 +224,19 @@ def nkserde_save(state, stem: Path) -> Path:
     return nkserde.save(state, stem.with_suffix(".nks"))
 
 
+def nkserde_serial_save(state, stem: Path) -> Path:
+    """nkserde's save with the checksum computed before the writes, in the
+    writing thread (as before issue 9): the same file bytes."""
+    import nkserde
+    from nkserde.format import writer
+
+    saved, writer.PARALLEL_CHECKSUM = writer.PARALLEL_CHECKSUM, 1 << 62
+    try:
+        return nkserde.save(state, stem.with_suffix(".nks"))
+    finally:
+        writer.PARALLEL_CHECKSUM = saved
+
+
 def nkserde_load(path: Path, template):
     import nkserde
 
@@ -333,6 +349,7 @@ def mc_raw_load(path: Path, template):
 METHODS = {
     "raw": (raw_save, raw_load),
     "nkserde": (nkserde_save, nkserde_load),
+    "nkserde-serial": (nkserde_serial_save, nkserde_load),
     "flax": (flax_save, flax_load),
     "orbax": (orbax_save, orbax_load),
     "pickle": (pickle_save, pickle_load),
@@ -593,13 +610,7 @@ def check_targets(rows: dict, memory: dict, nbytes: int) -> list[dict]:
 
 
 def environment() -> dict:
-    from importlib import metadata
-
-    def v(dist):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+    from nkserde.api import installed_version as v
 
     cpu = ""
     try:
@@ -626,6 +637,8 @@ def main(argv=None) -> int:
                    help="sizes for the MCState/nqxpack comparison (default: --sizes; 'none' to skip)")
     p.add_argument("--no-memory", action="store_true", help="skip the child-process memory measurements")
     p.add_argument("--no-micro", action="store_true", help="skip checksum/codec micro-benchmarks")
+    p.add_argument("--methods", default=None,
+                   help=f"comma-separated subset of {','.join(METHODS)} (default: all but nkserde-serial)")
     p.add_argument("--json", default=None, help="results file (default benchmarks/results/save_load-<date>.json)")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -665,7 +678,9 @@ def main(argv=None) -> int:
 
     # warm-up: imports, jit, orbax thread pools
     small = build_state(1 << 20, seed=1)
-    run_methods(METHODS, small, 1 << 20, workdir, "warmup", 1)
+    methods = ({m: METHODS[m] for m in args.methods.split(",")} if args.methods
+               else {m: f for m, f in METHODS.items() if m != "nkserde-serial"})
+    run_methods(methods, small, 1 << 20, workdir, "warmup", 1)
     del small
     gc.collect()
     print()
@@ -681,7 +696,7 @@ def main(argv=None) -> int:
                   f"(parameters/adam_mu/adam_nu {info['parameters_MB']:.1f} MB each, float64, hidden kernel "
                   f"{info['hidden_kernel_shape']}; chains int8{info['chains_shape']} {info['chains_MB']:.2f} MB; step)",
                   flush=True)
-            rows = run_methods(METHODS, state, info["bytes"], workdir, label, args.repeat)
+            rows = run_methods(methods, state, info["bytes"], workdir, label, args.repeat)
             del state
             gc.collect()
             memory = {}

@@ -4,10 +4,13 @@ Public API::
 
     nkserde.save(obj, path)              -> Path
     nkserde.load(template, path)         -> new object like template
+    nkserde.load(template, path, at="state", strict=False, rename={...}, report=True)
+                                         -> a part of the file, what matches, (object, LoadReport)
     nkserde.state_dict(obj)              -> nested dicts of numpy arrays / scalars
     nkserde.from_state_dict(template, sd)
     nkserde.load_state_dict(path)        -> the file's state dict, no template
     nkserde.info(path)                   -> dict of metadata
+    nkserde.open(path)                   -> reader: f["state/parameters/Dense/kernel"], f.keys(), f.info
     nkserde.verify(path)                 -> info, after checking every checksum
     nkserde.register(cls, name=..., version=..., to_state=..., from_state=...)
     nkserde.migration(name, from_version)
@@ -23,7 +26,9 @@ from . import errors
 from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
                   state_dict, verify)
 from .format.limits import set_load_limits
+from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
 from .parts import per_process
+from .partial import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402
@@ -35,6 +40,7 @@ else:  # NetKet 3.21: no callback API to hook a checkpoint into
     from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpoint", "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict",
-           "migrate", "migration", "per_process", "register", "save",
+__all__ = ["Checkpoint", "LoadReport", "PartialLoadWarning",
+           "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict",
+           "migrate", "migration", "open", "per_process", "register", "save",
            "save_state_dict", "set_load_limits", "state_dict", "verify"]

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import platform
 from importlib import metadata
 from pathlib import Path
 
 import jax
 
-from . import directory, tree
+from . import directory, partial, tree
 from . import format as fileformat
-from .errors import NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError, format_path
+from .format.tree_codec import outline as tree_codec_outline
 from .tree import TYPE
 from .parts import PerProcess, Primary
 
@@ -31,16 +33,20 @@ def from_state_dict(template, state) -> object:
 
 
 @functools.cache
-def _library_versions() -> dict:
-    # importlib.metadata lookups cost ~0.5 ms each: once per process
-    def version(dist):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+def installed_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or None. Cached:
+    importlib.metadata lookups cost ~0.5 ms each."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
-    return {"nkserde": version("nkserde"), "netket": version("netket"), "jax": jax.__version__,
-            "flax": version("flax"), "numpy": version("numpy"), "python": platform.python_version()}
+
+def _library_versions() -> dict:
+    """The versions a file records as its writers'."""
+    return {"nkserde": installed_version("nkserde"), "netket": installed_version("netket"),
+            "jax": jax.__version__, "flax": installed_version("flax"), "numpy": installed_version("numpy"),
+            "python": platform.python_version()}
 
 
 def _types(state, found: dict) -> dict:
@@ -125,11 +131,35 @@ def check_storable(obj) -> None:
     tree.to_state_dict(obj, check_only=True)
 
 
-def load(template, path):
+def load(template, path, *, at=None, strict: bool = True, rename=None, report: bool = False):
     """A new object shaped like ``template`` (built the same way as the saved
     object) with every number read from ``path``. The template is not
     mutated. Raises FileNotFoundError, or an ``nkserde.errors`` exception
     naming the file, the path inside the object, and what differs.
+
+    ``at``: load the part of the file stored at this path (``"state"``: the
+    variational state of a driver; ``"state/parameters"`` into a parameter
+    pytree); paths are the ones error messages name, and then name the
+    file's paths (``state/parameters/Dense/kernel``). Raises
+    NoSuchPathError if the file has nothing there.
+
+    ``strict=False``: restore what matches and keep the template's value
+    for every entry missing in the file or whose shape, dtype or type
+    differs; stored entries the template has no place for are not used.
+    Each is named in a :class:`nkserde.LoadReport` and in one
+    :class:`nkserde.PartialLoadWarning` (``.report``). A stored object of
+    another kind of the same family loads its shared fields only: an
+    MCState's parameters and model state into a FullSumState (and back:
+    the MCState keeps its template's sampler state), a driver's
+    variational state into another driver (its optimizer state, step and
+    the rest stay the template's).
+
+    ``rename``: a mapping ``{file path: template path}`` (prefixes: every
+    path under the key moves) or a function ``file path -> path``, applied
+    to the file's paths before ``at`` and before matching (a renamed
+    module: ``{"state/parameters/Dense_0": "state/parameters/Dense_1"}``).
+
+    ``report=True``: return ``(object, LoadReport)``.
 
     ``path`` may also be a file NetKet wrote: a flax ``.mpack`` of a
     variational state or of its variables, or an nqxpack file (see
@@ -142,18 +172,38 @@ def load(template, path):
     if path.is_dir():
         path = directory.newest_verified(path)
     if _netket_file(path):
+        if at is not None or rename is not None or not strict or report:
+            raise NkserdeError(f"{path}: at=, rename=, strict=False and report= apply to nkserde "
+                               f"files; this is a file NetKet wrote")
         from . import netket_files
 
         return netket_files.load(template, path)
-    header, state = fileformat.read_file(path)
-    if _is_checkpoint(state) and not _is_checkpoint_template(template):
+    with fileformat.LazyFile(path) as lazy:  # arrays are read as the template asks for them
+        return _load_lazy(template, path, lazy, at=at, strict=strict, rename=rename, report=report)
+
+
+def _load_lazy(template, path, lazy, *, at, strict, rename, report):
+    header, state = lazy.header, lazy.tree
+    state, _ = partial.apply_renames(state, rename, path)
+    where = ()
+    if at is not None and partial.split(at):
+        at_parts = partial.split(at)
+        if _is_checkpoint(state) and at_parts[0] not in state:
+            at_parts = ("driver",) + at_parts  # a Checkpoint's file: paths inside its driver
+        state, where = partial.select(state, at_parts, path)
+    elif _is_checkpoint(state) and not _is_checkpoint_template(template):
         state = state["driver"]
+    log = partial.LoadReport(file=str(path), at=partial.format_path(where) if where else "", strict=strict)
     try:
-        return tree.from_state_dict(template, state)
+        obj = tree.restore(template, state, where, report=log)
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
+    except CorruptFileError:
+        raise  # names the file already
     except NkserdeError as exc:
         raise type(exc)(f"{path}: {exc}") from None
+    log.warn(stacklevel=2)
+    return (obj, log) if report else obj
 
 
 def _netket_file(path: Path) -> bool:
@@ -175,6 +225,99 @@ def _is_checkpoint(state) -> bool:
 
 def _is_checkpoint_template(template) -> bool:
     return isinstance(template, dict) and "driver" in template and "completed_steps" in template
+
+
+class OpenFile:
+    """A file opened for analysis by :func:`open`: reads what is asked for."""
+
+    def __init__(self, path):
+        path = Path(path)
+        if path.is_dir():
+            path = directory.newest_verified(path)
+        self.path = path
+        self._lazy = fileformat.LazyFile(path)
+
+    @property
+    def info(self) -> dict:
+        """What :func:`info` returns."""
+        return _info(self._lazy.header)
+
+    @property
+    def tree(self):
+        """The stored tree: nested dicts and lists, scalars, and
+        ``LazyArray`` placeholders (``.shape``, ``.dtype``, ``.read()``)."""
+        return self._lazy.tree
+
+    def keys(self) -> list[str]:
+        """The paths of every stored value (arrays and scalars)."""
+        out = []
+
+        def walk(node, path):
+            names = partial.children(node)
+            if not names or isinstance(node, fileformat.LazyArray):
+                out.append(partial.format_path(path))
+            for name in names:
+                walk(node[int(name)] if isinstance(node, list) else node[name], path + (name,))
+
+        walk(self._lazy.tree, ())
+        return out
+
+    def _at(self, path):
+        state = self._lazy.tree
+        parts = partial.split(path)
+        if _is_checkpoint(state) and parts and parts[0] not in state:
+            parts = ("driver",) + parts
+        return partial.select(state, parts, self.path)[0]
+
+    def __contains__(self, path) -> bool:
+        try:
+            self._at(path)
+        except NkserdeError:
+            return False
+        return True
+
+    def __getitem__(self, path):
+        """The value stored at ``path``, reading only its bytes: an array as
+        a read-only ``np.memmap`` where it is stored raw in one block
+        (nothing read until used; not checksum-verified, see :meth:`read`),
+        else a numpy array read and verified; a subtree as nested dicts."""
+        def get(node):
+            if isinstance(node, fileformat.LazyArray):
+                return node.memmap()
+            if isinstance(node, dict):
+                return {k: get(v) for k, v in node.items()}
+            if isinstance(node, list):
+                return [get(v) for v in node]
+            return fileformat.materialize(node)
+
+        return get(self._at(path))
+
+    def read(self, path):
+        """The value at ``path`` as verified numpy arrays (checksums checked)."""
+        return fileformat.materialize(self._at(path))
+
+    def close(self) -> None:
+        self._lazy.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def open_file(path) -> OpenFile:
+    """Opens a file (a Checkpoint's file or directory: its newest good
+    checkpoint) for analysis without a template::
+
+        with nkserde.open("run.nks") as f:
+            kernel = f["state/parameters/Dense/kernel"]   # reads this entry only
+            f.keys(); f.tree; f.info
+
+    Paths are the ones :func:`load`'s ``at=`` takes (in a Checkpoint's file,
+    paths inside its driver). The header is read and validated at once;
+    an array only when asked for."""
+    return OpenFile(path)
 
 
 def load_state_dict(path) -> object:
@@ -221,3 +364,72 @@ def verify(path) -> dict:
     CorruptFileError (or UnsupportedVersionError) otherwise. Streams the
     arrays through one buffer: memory does not grow with the file."""
     return fileformat.drain(verify_steps(path))
+
+
+def contents(path) -> tuple[dict, list[dict]]:
+    """What a file holds, from its header alone (no array is read):
+    ``(info, entries)`` with ``info`` as :func:`info` returns it and one
+    entry per place in the stored tree, in tree order:
+
+    * ``{"kind": "object", "path", "type", "schema_version", "per_process"}``
+      for every stored object (``"@type"`` as stored: an old file may name
+      an old alias);
+    * ``{"kind": "array", "path", "dtype", "shape", "nbytes",
+      "stored_bytes", "codec", "blocks", "type", "schema_version",
+      "per_process", "index"}``: ``stored_bytes`` on disk, ``codec``
+      ``"raw"``, ``"zstd"`` or ``"raw+zstd"`` (blocks stored differently),
+      ``type``/``schema_version`` of the innermost object holding it,
+      ``index`` in the file's array table;
+    * ``{"kind": "value", "path", "value", "type", "schema_version",
+      "per_process"}``: a scalar, string, ``None``, empty map or list of
+      scalars kept in the header (JSON-safe: non-finite floats and complex
+      numbers as strings, bytes as ``"<n bytes>"``).
+
+    Paths are ``/``-joined (``driver/state/parameters/Dense/kernel``); a
+    per-process value (one per JAX process of the run that wrote it) is
+    listed once, with process 0's values and its arrays stacked ``[P, ...]``.
+    """
+    path = Path(path)
+    header, table = fileformat.read_index(path)
+    entries, objects = [], []  # objects: enclosing (path, type, version), innermost last
+    try:
+        for kind, where, payload, per_process in tree_codec_outline(header["tree"]):
+            while objects and objects[-1][0] != where[:len(objects[-1][0])]:
+                objects.pop()
+            if where and where[-1] in (TYPE, tree.VERSION) and objects and objects[-1][0] == where[:-1]:
+                continue
+            name = format_path(where)
+            if kind == "map":
+                if isinstance(payload.get(TYPE), str):
+                    objects.append((where, payload[TYPE], payload.get(tree.VERSION)))
+                    entries.append({"kind": "object", "path": name, "type": payload[TYPE],
+                                    "schema_version": payload.get(tree.VERSION), "per_process": per_process})
+                continue
+            owner = {"type": objects[-1][1] if objects else None,
+                     "schema_version": objects[-1][2] if objects else None, "per_process": per_process}
+            if kind == "array":
+                if payload >= len(table):
+                    raise ValueError(f"array reference {payload} out of range")
+                a = table[payload]
+                entries.append({"kind": "array", "path": name, "dtype": a["dtype"], "shape": a["shape"],
+                                "nbytes": a["nbytes"], "stored_bytes": a["stored"], "codec": "+".join(a["codecs"]),
+                                "blocks": a["blocks"], **owner, "index": payload})
+            else:
+                entries.append({"kind": "value", "path": name, "value": _jsonable(payload), **owner})
+    except (ValueError, RecursionError) as exc:
+        raise CorruptFileError(f"{path}: header tree is malformed: {exc}") from None
+    return _info(header), entries
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, complex):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value

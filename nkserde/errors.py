@@ -27,6 +27,11 @@ class TemplateMismatchError(NkserdeError):
     """The template and the file disagree on structure, shape, dtype or type."""
 
 
+class NoSuchPathError(NkserdeError):
+    """A path asked for (``load(..., at=...)``, ``nkserde.open(path)[...]``)
+    is not in the file."""
+
+
 class UnsupportedVersionError(NkserdeError):
     """The file was written by a newer format or schema version than this
     nkserde understands, and no migration leads from it to the current one."""

@@ -214,6 +214,29 @@ def add_builtin(reg: Registration) -> None:
     _add_name(reg)
 
 
+_TRANSFERS: dict[str, tuple[str, frozenset]] = {}  # name -> (family, fields it shares)
+
+
+def transferable(family: str, names, fields) -> None:
+    """Declares the registrations ``names`` kinds of one ``family`` that
+    share the fields ``fields`` (an MCState's and a FullSumState's
+    parameters and model state; every driver's variational state). A
+    non-strict load (``strict=False``) of one kind into a template of
+    another takes those fields from the file and keeps the template's
+    others, naming each in its report."""
+    for name in names:
+        _TRANSFERS[name] = (family, frozenset(fields))
+
+
+def transfer_fields(stored: str, wanted: str) -> frozenset | None:
+    """The fields a load of a stored ``stored`` into a ``wanted`` takes,
+    or None if the two are not kinds of one family."""
+    a, b = _TRANSFERS.get(stored), _TRANSFERS.get(wanted)
+    if a is None or b is None or a[0] != b[0]:
+        return None
+    return a[1] & b[1]
+
+
 def migration(name: str, from_version: int, *, override: bool = False):
     """Decorator: ``fn(fields) -> fields`` or ``fn(fields, context) ->
     fields`` upgrades the stored fields of type ``name`` from

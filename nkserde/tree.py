@@ -22,12 +22,15 @@ import numpy as np
 from . import registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from .format.reader import LazyArray, materialize
 from .parts import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 
 TYPE, VERSION = "@type", "@version"
 # Set while restoring a registration's ``dtype_from_file`` fields.
 _DTYPE_FROM_FILE = contextvars.ContextVar("nkserde_dtype_from_file", default=False)
 _CHECK_ONLY = contextvars.ContextVar("nkserde_check_only", default=False)
+# The report of a non-strict load (None: strict, every difference raises).
+_REPORT: contextvars.ContextVar = contextvars.ContextVar("nkserde_report", default=None)
 _SCALARS = (bool, int, float, complex, str, bytes)
 
 
@@ -185,8 +188,8 @@ def _node(reg: registry.Registration, obj, path) -> dict:
 def _describe(x) -> str:
     if isinstance(x, dict) and TYPE in x:
         return f"{x[TYPE]} (schema version {x.get(VERSION)})"
-    if isinstance(x, (np.ndarray, jax.Array, np.generic)):
-        return f"array {x.dtype}{list(np.shape(x))}"
+    if isinstance(x, (np.ndarray, jax.Array, np.generic, LazyArray)):
+        return f"array {x.dtype}{list(x.shape)}"
     if isinstance(x, Mapping):
         return f"dict with keys {sorted(map(str, x))[:8]}"
     if isinstance(x, (list, tuple)):
@@ -202,11 +205,43 @@ def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
         f"{format_path(path)}: file has {_describe(found)}, template has {_describe(template)}{why}")
 
 
+def restore(template, state, path=(), *, report=None) -> Any:
+    """:func:`from_state_dict`, counting the values restored in ``report``
+    (a partial.LoadReport). With a non-strict report the load is lenient: an entry missing in ``state``, or whose shape,
+    dtype or type differs, keeps the template's value and an entry of
+    ``state`` the template has no place for is not used, each named in the
+    report, instead of raising TemplateMismatchError."""
+    token = _REPORT.set(report)
+    try:
+        return from_state_dict(template, state, path)
+    finally:
+        _REPORT.reset(token)
+
+
+def _lenient() -> bool:
+    report = _REPORT.get()
+    return report is not None and not report.strict
+
+
+def _kept(path, kind, template, why=""):
+    """In a non-strict load, ``template`` kept at ``path`` (reported)."""
+    _REPORT.get().add(path, kind, why)
+    return template
+
+
+def _count():
+    report = _REPORT.get()
+    if report is not None:
+        report.restored += 1
+
+
 def from_state_dict(template, state, path=()) -> Any:
     """A new object shaped like ``template`` holding the values of ``state``.
     The template is not mutated."""
     if state is None:  # an optional value that was unset when saved
         return None
+    if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)):
+        state = state.read()  # an array of a file is read when, and only if, the template asks for it
     if isinstance(template, Primary):
         template = template.value
     if isinstance(state, Primary):  # an in-memory state dict
@@ -214,6 +249,11 @@ def from_state_dict(template, state, path=()) -> Any:
     if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
         return _restore_per_process(template, state, path)
     if isinstance(template, Resizable):
+        if isinstance(state, LazyArray):  # read here unless it fits as it is (see _restore_array)
+            fits = isinstance(template.value, jax.Array) and tuple(state.shape) == tuple(template.value.shape)
+            if fits:
+                return from_state_dict(template.value, state, path)
+            state = state.read()
         return from_state_dict(template.value, _resize(template.value, state, path, template.announce),
                                path)
     if isinstance(template, jax.Array) and _is_key_array(template):
@@ -229,13 +269,19 @@ def from_state_dict(template, state, path=()) -> Any:
         return _restore_node(reg, template, state, path)
     if isinstance(template, Mapping):
         if not isinstance(state, dict) or TYPE in state:
+            if _lenient():
+                return _kept(path, "differs", template, f"file has {_describe(state)}")
             raise mismatch(path, state, template)
         keys = {_key(k, path): k for k in template}
         _check_keys(path, state, keys, template)
-        restored = {k: from_state_dict(template[k], state[s], path + (s,)) for s, k in keys.items()}
+        restored = {k: from_state_dict(template[k], state[s], path + (s,)) if s in state else _unwrap(template[k])
+                    for s, k in keys.items()}
         return restored if type(template) is dict else type(template)(restored)
     if type(template) in (list, tuple):
         if not isinstance(state, list) or len(state) != len(template):
+            if _lenient():
+                return _kept(path, "differs", template, f"file has {_describe(state)}, "
+                                                        f"template has {_describe(template)}")
             raise mismatch(path, state, template)
         out = [from_state_dict(t, s, path + (i,)) for i, (t, s) in enumerate(zip(template, state))]
         return out if type(template) is list else tuple(out)
@@ -245,6 +291,12 @@ def from_state_dict(template, state, path=()) -> Any:
 def _check_keys(path, state, keys, template):
     found = {k for k in state if k not in (TYPE, VERSION)}
     missing, extra = sorted(set(keys) - found), sorted(found - set(keys))
+    if _lenient():
+        for k in missing:
+            _kept(path + (k,), "missing", None)
+        for k in extra:
+            _kept(path + (k,), "unexpected", None)
+        return
     if missing or extra:
         parts = []
         if missing:
@@ -262,33 +314,65 @@ def _restore_node(reg: registry.Registration, template, state, path):
         raise UnregisteredTypeError(
             f"{format_path(path)}: the file holds type {name!r}, which has no registration here "
             f"(the template expects {reg.name})")
+    shared = None  # a transfer between kinds: the fields it takes
     if name != reg.name:
-        raise TemplateMismatchError(
-            f"{format_path(path)}: file has {name}, template has {reg.name}")
+        shared = registry.transfer_fields(name, reg.name)
+        if not _lenient() or shared is None:
+            hint = (f"; a load of the {sorted(shared)} of one into the other needs strict=False"
+                    if shared is not None else "")
+            if _lenient():
+                return _kept(path, "differs", template, f"file has {name}, template has {reg.name}")
+            raise TemplateMismatchError(
+                f"{format_path(path)}: file has {name}, template has {reg.name}{hint}")
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
     fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
-    fields = registry.upgrade(name, version, fields, reg.version, path, template=template)
+    if version != (reg.version if shared is None else registry.lookup_name(name).version):
+        fields = materialize(fields)  # migrations see numpy arrays
+    if shared is not None:
+        fields = registry.upgrade(name, version, fields, registry.lookup_name(name).version, path)
+    else:
+        fields = registry.upgrade(name, version, fields, reg.version, path, template=template)
     template_fields = reg.to_state(template)
     keys = {_key(k, path): k for k in template_fields}
+    expected = {s: k for s, k in keys.items() if s in fields or s not in reg.optional_fields}
+    if shared is not None:  # another kind of the same family: take the shared fields only
+        why = f"{name} -> {reg.name}: transfers {', '.join(sorted(shared))} only"
+        for s in sorted(set(fields) - shared):
+            _kept(path + (s,), "unexpected", None, why)
+        for s in sorted(set(keys) - shared):
+            _kept(path + (s,), "missing", None, why)
+        fields = {s: v for s, v in fields.items() if s in shared}
+        expected = {s: k for s, k in keys.items() if s in shared}
     # a field of some library versions only: absent on one side, it is the
     # template's (absent in the file) or not used (absent in the template)
     for s in reg.optional_fields:
         if s in fields and s not in keys:
             del fields[s]
-    _check_keys(path, fields, {s: k for s, k in keys.items()
-                               if s in fields or s not in reg.optional_fields}, template)
+    _check_keys(path, fields, expected, template)
     restored = {}
     with registry.loading(template, restored):
         for s, k in keys.items():
-            if s not in fields:  # optional, absent in the file
-                restored[k] = template_fields[k]
+            if s not in fields:  # optional or (non-strict) missing in the file, or not transferred
+                restored[k] = _unwrap(template_fields[k])
             elif s in reg.free_fields:
                 restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
             else:
                 with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
                     restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
-    return reg.from_state(template, restored)
+    if not _lenient():
+        return reg.from_state(template, restored)
+    try:
+        return reg.from_state(template, restored)
+    except TemplateMismatchError as exc:
+        return _kept(path, "differs", template, str(exc))
+
+
+def _unwrap(value):
+    """A template's field value without the layout markers of parts.py."""
+    while isinstance(value, (Primary, PerProcess, Resizable)):
+        value = value.value
+    return value
 
 
 def _restore_per_process(template, state, path):
@@ -338,22 +422,33 @@ def _resize(template, state, path, announce=True):
 
 
 def _restore_array(template, state, path):
-    if not isinstance(state, np.ndarray):
+    if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
+        state = state.read()
+    if not isinstance(state, (np.ndarray, LazyArray)):
         if isinstance(state, _SCALARS) and np.ndim(template) == 0:
             state = np.asarray(state)  # a Python number where an array scalar is expected
             if state.dtype.kind != np.asarray(template).dtype.kind:
+                if _lenient():
+                    return _kept(path, "differs", template, f"file has {_describe(state)}")
                 raise mismatch(path, state, template)
             state = state.astype(template.dtype)
         else:
+            if _lenient():
+                return _kept(path, "differs", template, f"file has {_describe(state)}, "
+                                                        f"template has {_describe(template)}")
             raise mismatch(path, state, template)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
     if state.shape == t_shape and _DTYPE_FROM_FILE.get() and _precision_only(state.dtype, t_dtype):
         t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
+        if _lenient():
+            return _kept(path, "differs", template, f"file has {_describe(state)}, "
+                                                    f"template has {_describe(template)}")
         raise mismatch(path, state, template)
+    _count()
     if state.dtype != t_dtype:
-        state = state.astype(t_dtype)
+        state = materialize(state).astype(t_dtype)
     if isinstance(template, np.ndarray):
         return state
     if isinstance(template, np.generic):
@@ -374,7 +469,9 @@ def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:
     ``array``. Aliases the numpy buffer when it is suitably aligned."""
     sharding = template.sharding
     if template.is_fully_addressable:
-        out = jax.device_put(array, sharding, may_alias=True)
+        out = jax.device_put(materialize(array), sharding, may_alias=True)
+    elif isinstance(array, LazyArray):  # each process reads the blocks of its own shards only
+        out = jax.make_array_from_callback(array.shape, sharding, array.read)
     else:
         out = jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
     if getattr(template, "weak_type", False):
@@ -398,10 +495,13 @@ def _restore_scalar(template, state, path):
     t_kind = next(k for k in kinds if isinstance(template, k))
     s_kind = next((k for k in kinds if isinstance(state, k)), None)
     if s_kind is t_kind or (t_kind is float and s_kind is int) or (t_kind is complex and s_kind in (int, float)):
+        _count()
         try:
             return type(template)(state)  # keeps IntFlag, str subclasses...
         except (TypeError, ValueError):
             return t_kind(state)
+    if _lenient():
+        return _kept(path, "differs", template, f"file has {_describe(state)}")
     raise mismatch(path, state, template)
 
 
@@ -410,6 +510,8 @@ def _untemplated(state, path, to_jax=True):
     (e.g. a momentum buffer created at the first step; arrays become JAX
     arrays) or for a registration's free fields (arrays stay numpy).
     Registered objects need a template."""
+    if isinstance(state, LazyArray):
+        state = state.read()
     if isinstance(state, ProcessValues):
         return _untemplated(state.values[jax.process_index() % len(state.values)], path, to_jax)
     if isinstance(state, dict):

@@ -7,12 +7,14 @@ import bisect
 import contextlib
 import math
 import os
+import threading
 from pathlib import Path
 
 import msgpack
 import numpy as np
 
 from ..errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
+from ..parts import ProcessValues
 from . import codecs, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (
@@ -272,11 +274,166 @@ def read_file(path) -> tuple[dict, object]:
     return header, tree
 
 
+class LazyFile:
+    """An open file whose arrays are read on demand (see :class:`LazyArray`):
+    the header is read and every index entry validated when it opens, a
+    payload only when an array is asked for, each block checked against
+    its checksum as it is read. Close it (or use ``with``) when done."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._decoded = 0  # bytes this load has allocated for arrays, against max_load_bytes
+        with read_errors(self.path):
+            self._file = open(self.path, "rb", buffering=0)
+            try:
+                self.header, payload_end = _open_header(self._file, self.path)
+                version = self.header["format_version"]
+                self.arrays = [
+                    LazyArray(self, i, entry["dtype"], tuple(entry["shape"]),
+                              _check_entry(entry, i, payload_end, self.path, version))
+                    for i, entry in enumerate(self.header["arrays"])]
+                try:
+                    self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
+                except (ValueError, RecursionError) as exc:
+                    raise _corrupt(self.path, f"header tree is malformed: {exc}") from None
+            except BaseException:
+                self._file.close()
+                raise
+
+    def reserve(self, nbytes: int, i: int) -> None:
+        """Counts ``nbytes`` about to be allocated for array ``i`` against
+        the load's ceiling (``max_load_bytes``)."""
+        self._decoded += nbytes
+        limit = limits.current().max_load_bytes
+        if self._decoded > limit:
+            raise limits.LoadLimitError(
+                f"{self.path}: array {i}: this load decodes more than the limit of {limit} bytes "
+                "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+
+    def close(self):
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def read_block(self, entry, i) -> np.ndarray:
+        if self._file.closed:
+            raise ValueError(f"{self.path}: the file was closed; array {i} was not read")
+        with read_errors(self.path), self._lock:
+            self.reserve(entry["nbytes"], i)
+            return _read_array(self._file, entry, i, self.path)
+
+
+def _overlap(a_start, a_shape, b_start, b_shape):
+    """The intersection of two boxes as (start, stop) per axis, or None."""
+    lo = [max(a, b) for a, b in zip(a_start, b_start)]
+    hi = [min(a + n, b + m) for a, n, b, m in zip(a_start, a_shape, b_start, b_shape)]
+    if any(h <= low for low, h in zip(lo, hi)):
+        return None
+    return lo, hi
+
+
+class LazyArray:
+    """An array of an open :class:`LazyFile`, not read yet. ``read()`` reads
+    and verifies it (``read(index)``: only the blocks overlapping ``index``,
+    a tuple of slices, as a multi-process load does for its shards);
+    ``row[r]`` is row ``r`` of a stacked per-process array. ``memmap()``
+    maps a raw single-block array without reading (nor verifying) it."""
+
+    def __init__(self, source: LazyFile, i: int, dtype: str, shape: tuple, blocks, row=None):
+        self._source, self._i, self._blocks, self._row = source, i, blocks, row
+        self.dtype_name = dtype
+        self.dtype = DTYPES[dtype]
+        self._base_shape = tuple(shape)
+        self.shape = self._base_shape if row is None else self._base_shape[1:]
+        self._cache: dict[int, np.ndarray] = {}
+
+    ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: math.prod(self.shape))
+    nbytes = property(lambda self: self.size * self.dtype.itemsize)
+
+    def __repr__(self):
+        return f"LazyArray({self.dtype_name}{list(self.shape)})"
+
+    def __getitem__(self, row: int) -> LazyArray:
+        if self._row is not None or not isinstance(row, int) or not 0 <= row < self._base_shape[0]:
+            raise IndexError(f"row {row!r} of {self!r}")
+        return LazyArray(self._source, self._i, self.dtype_name, self._base_shape, self._blocks, row)
+
+    def _block(self, j) -> np.ndarray:
+        # a block overlapping several shards is read once per load
+        if j not in self._cache:
+            self._cache[j] = self._source.read_block(self._blocks[j][2], self._i)
+        return self._cache[j]
+
+    def read(self, index=None) -> np.ndarray:
+        full = index is None
+        index = _full_index(index, self.shape)
+        if self._row is not None:
+            index = (slice(self._row, self._row + 1),) + index
+        start = [s.start for s in index]
+        shape = [s.stop - s.start for s in index]
+        blocks = self._blocks
+        if full and self._row is None and len(blocks) == 1 and list(blocks[0][1]) == list(self._base_shape):
+            out = self._source.read_block(blocks[0][2], self._i)  # the common case: no copy
+            return out
+        self._source.reserve(math.prod(shape) * self.dtype.itemsize, self._i)
+        out = aligned_empty(math.prod(shape) * self.dtype.itemsize).view(self.dtype).reshape(shape)
+        for j, (b_start, b_shape, _entry) in enumerate(blocks):
+            box = _overlap(start, shape, b_start, b_shape)
+            if box is None or not math.prod(shape):
+                continue
+            lo, hi = box
+            src = tuple(slice(a - b, c - b) for a, c, b in zip(lo, hi, b_start))
+            dst = tuple(slice(a - b, c - b) for a, c, b in zip(lo, hi, start))
+            out[dst] = self._block(j)[src]
+        return out[0] if self._row is not None else out
+
+    def memmap(self) -> np.ndarray:
+        """A read-only memory map of the stored bytes if they are raw and one
+        block (unverified: :meth:`read` checks the checksum), else :meth:`read`."""
+        blocks = self._blocks
+        if (self._row is None and len(blocks) == 1 and blocks[0][2]["codec"] == codecs.RAW
+                and list(blocks[0][1]) == list(self._base_shape) and self.size):
+            return np.memmap(self._source.path, dtype=self.dtype, mode="r",
+                             offset=blocks[0][2]["offset"], shape=self.shape)
+        return self.read()
+
+
+def _full_index(index, shape) -> tuple:
+    index = () if index is None else tuple(index)
+    out = []
+    for k, n in enumerate(shape):
+        s = index[k] if k < len(index) else slice(None)
+        a, b, step = s.indices(n)
+        if step != 1:
+            raise ValueError(f"strided index {index!r}")
+        out.append(slice(a, max(a, b)))
+    return tuple(out)
+
+
+def materialize(tree):
+    """``tree`` with every :class:`LazyArray` read."""
+    if isinstance(tree, LazyArray):
+        return tree.read()
+    if isinstance(tree, dict):
+        return {k: materialize(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [materialize(v) for v in tree]
+    if isinstance(tree, ProcessValues):
+        return ProcessValues([materialize(v) for v in tree.values])
+    return tree
+
+
 def verify_steps(path):
     """Checks every checksum and the structure of a file, as
     :func:`read_file` does, as a generator yielding after every
     ``codecs.CHUNK`` bytes read (any thread may advance it; see
-    nkserde.background). Raw arrays are checksummed as they stream through
+    nkserde.checkpoint.background). Raw arrays are checksummed as they stream through
     one buffer; nothing is kept. Returns the header."""
     path = Path(path)
     buffer = memoryview(bytearray(codecs.CHUNK))
@@ -309,3 +466,41 @@ def verify_steps(path):
     except (ValueError, RecursionError) as exc:
         raise _corrupt(path, f"header tree is malformed: {exc}") from None
     return header
+
+
+def read_index(path) -> tuple[dict, list]:
+    """The validated header and array table, without reading any array:
+    ``(header, arrays)`` where ``arrays[i]`` is ``{"dtype", "shape",
+    "nbytes", "stored", "codecs", "blocks"}`` (``stored``: bytes on disk,
+    summed over blocks; ``codecs``: the distinct codecs of its blocks;
+    ``blocks``: how many blocks, 1 unless several processes wrote it).
+    Costs the trailer and the header: a multi-GB file is read instantly."""
+    path = Path(path)
+    with read_errors(path), open(path, "rb") as f:
+        header, payload_end = _open_header(f, path)
+    table = []
+    for i, entry in enumerate(header["arrays"]):
+        blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+        table.append({
+            "dtype": entry["dtype"], "shape": list(entry["shape"]),
+            "nbytes": math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize,
+            "stored": sum(b["stored"] for _, _, b in blocks),
+            "codecs": sorted({b["codec"] for _, _, b in blocks}), "blocks": len(blocks)})
+    return header, table
+
+
+def read_arrays(path, indices=None):
+    """Yields ``(i, array)`` for the arrays ``indices`` (all by default) of
+    a file, one at a time, each verified against its checksum: memory holds
+    one array, not the file."""
+    path = Path(path)
+    with read_errors(path), open(path, "rb", buffering=0) as f:
+        header, payload_end = _open_header(f, path)
+        entries = header["arrays"]
+        for i in (range(len(entries)) if indices is None else indices):
+            if not 0 <= i < len(entries):
+                raise _corrupt(path, f"array reference {i} out of range")
+            entry = entries[i]
+            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+            _check_load_size([entry], path, f"array {i} decodes")  # one array at a time
+            yield i, _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)

@@ -215,3 +215,46 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int
     if tree is None or isinstance(tree, (bool, int, float, str, bytes)):
         return tree
     raise ValueError(f"unexpected value of type {type(tree).__name__} in header")
+
+
+def outline(tree, _path=(), _per_process=False):
+    """The encoded (header) tree without its arrays, as a sequence of
+    ``(kind, path, payload, per_process)`` in tree order:
+
+    * ``("map", path, node)`` for every map that is not a marker (its
+      scalar entries can be read from ``node``);
+    * ``("array", path, i)``: array ``i`` of the array table (in a
+      per-process value: the stacked ``[P, ...]`` array, listed once);
+    * ``("value", path, v)``: anything else, decoded (an integer beyond 64
+      bits, a complex, a list of such values, ``{}``, ``None``...).
+
+    Per-process values are outlined by their first process's subtree (all
+    have the same structure), ``per_process`` True. Raises ValueError on a
+    malformed marker."""
+    if isinstance(tree, dict):
+        if len(tree) == 1:
+            (key, value), = tree.items()
+            if key in (ARRAY, STACKED):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"malformed array reference {value!r}")
+                yield "array", _path, value, _per_process
+                return
+            if key == PER_PROCESS:
+                if not isinstance(value, list) or not value:
+                    raise ValueError("malformed per-process value")
+                yield from outline(value[0], _path, True)
+                return
+            if key in (BIGINT, COMPLEX):
+                yield "value", _path, decode(tree, [], set()), _per_process
+                return
+        if not tree:
+            yield "value", _path, {}, _per_process
+            return
+        yield "map", _path, tree, _per_process
+        for k, v in tree.items():
+            yield from outline(v, _path + (k,), _per_process)
+    elif isinstance(tree, list) and any(isinstance(v, (dict, list)) for v in tree):
+        for i, v in enumerate(tree):
+            yield from outline(v, _path + (i,), _per_process)
+    else:
+        yield "value", _path, decode(tree, [], set()), _per_process

@@ -29,6 +29,7 @@ import contextlib
 import os
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -70,6 +71,33 @@ def _dtype(array, path=()) -> str:
     return name
 
 
+# Raw arrays from this size on are checksummed in a second thread while the
+# first writes them: xxhash and the file's write both release the GIL, so
+# on two cores a save costs the write alone (benchmarks/save_load.py).
+PARALLEL_CHECKSUM = 8 << 20
+
+
+class _Checksum(threading.Thread):
+    """The checksum of ``data``, computed in a thread of its own."""
+
+    def __init__(self, data):
+        super().__init__(name="nkserde-checksum", daemon=True)
+        self._data, self._digest, self._error = data, None, None
+        self.start()
+
+    def run(self):
+        try:
+            self._digest = checksum(self._data)
+        except BaseException as exc:  # re-raised in the writing thread
+            self._error = exc
+
+    def result(self) -> int:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._digest
+
+
 def _stream_array_steps(f, array: np.ndarray, position: int, digest: int | None = None):
     """Writes ``array`` at the next aligned offset after ``position``,
     choosing its codec, yielding after every ``codecs.CHUNK`` bytes of a raw
@@ -82,10 +110,17 @@ def _stream_array_steps(f, array: np.ndarray, position: int, digest: int | None 
     data = _bytes_of(array)
     codec, frame = codecs.choose_codec(data)
     if codec == codecs.RAW:
-        digest = checksum(data) if digest is None else digest
+        hashing = None
+        if digest is None:
+            if data.nbytes >= PARALLEL_CHECKSUM:
+                hashing = _Checksum(data)  # the same bytes, read while they are written
+            else:
+                digest = checksum(data)
         for chunk in range(0, data.nbytes, codecs.CHUNK):
             f.write(data[chunk : chunk + codecs.CHUNK])
             yield
+        if hashing is not None:
+            digest = hashing.result()
         stored = data.nbytes
     elif frame is not None:
         digest = checksum(frame)

@@ -130,3 +130,11 @@ def _dynamics_v1(fields):
 
 for _name in ("netket.experimental.TDVP", "netket.experimental.TDVPSchmitt"):
     registry.migration(_name, from_version=1)(_dynamics_v1)
+
+
+# Every driver optimizes or evolves a variational state: a non-strict load of
+# one kind into another (VMC -> VMC_SR, a ground state -> TDVP) takes that
+# state; the rest (optimizer state, step, integrator) is the new driver's own.
+registry.transferable("driver", ("netket.driver.VMC", "netket.driver.VMC_SR", "netket.driver.Infidelity_SR",
+                                 "netket.experimental.TDVP", "netket.experimental.TDVPSchmitt"),
+                      fields=("state",))

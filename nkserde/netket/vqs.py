@@ -13,8 +13,12 @@ registration here.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import warnings
 
+import jax.numpy as jnp
 import netket as nk
+import numpy as np
 
 from .. import registry
 
@@ -58,10 +62,61 @@ def _mc_from_state(template: nk.vqs.MCState, f: dict) -> nk.vqs.MCState:
     new = copy.copy(template)
     new.reset()
     new.variables = _join_variables(f["parameters"], f["model_state"])
-    new.sampler_state = f["sampler_state"]
-    new._sampler_state_previous = f["sampler_state"]
+    new.sampler_state = _usable_chains(new, template, f["sampler_state"])
+    new._sampler_state_previous = new.sampler_state
     new._sampler_seed = f["sampler_seed"]
     return new
+
+
+def _valid(hilbert, chains):
+    """Which rows of ``chains`` ([..., N]) are states of ``hilbert``: every
+    site's value among its local states, and the constraint (total_sz=0,
+    a fixed particle number) met. Never enumerates the space."""
+    xp = np if isinstance(chains, np.ndarray) else jnp
+    subspaces = getattr(hilbert, "subspaces", None)
+    if subspaces:  # a tensor product: each factor (maybe constrained) on its own sites
+        ok, start = None, 0
+        for sub in subspaces:
+            part = _valid(sub, chains[..., start:start + sub.size])
+            ok, start = part if ok is None else ok & part, start + sub.size
+        return ok
+    local = getattr(hilbert, "local_states", None)
+    if local is not None:
+        ok = xp.isin(chains, xp.asarray(local, dtype=chains.dtype)).all(axis=-1)
+    else:
+        ok = xp.stack([xp.isin(chains[..., i], xp.asarray(hilbert.states_at_index(i), dtype=chains.dtype))
+                       for i in range(hilbert.size)], axis=-1).all(axis=-1)
+    if getattr(hilbert, "constrained", False) and hasattr(hilbert, "constraint"):
+        flat = chains.reshape(-1, chains.shape[-1])
+        ok = ok & xp.asarray(hilbert.constraint(jnp.asarray(flat))).reshape(ok.shape)
+    return ok
+
+
+def _usable_chains(new, template, state):
+    """The loaded sampler state with every chain that is not a state of the
+    template's Hilbert space (another constraint, other local states)
+    replaced by the template's fresh chain of the same row, and the
+    sampler reset on the result (log_prob, counters), with a warning that
+    names how many: invalid configurations are never used silently."""
+    chains = getattr(state, "σ", None)
+    fresh = getattr(template.sampler_state, "σ", None)
+    hilbert = template.sampler.hilbert
+    if chains is None or fresh is None or not isinstance(hilbert, nk.hilbert.DiscreteHilbert):
+        return state
+    if chains.shape != fresh.shape or chains.shape[-1] != hilbert.size:
+        return state  # a layout this check does not know; the sampler will complain
+    ok = _valid(hilbert, chains)
+    bad = int(ok.size - ok.sum())
+    if not bad:
+        return state
+    xp = np if isinstance(chains, np.ndarray) else jnp
+    replaced = xp.where(ok[..., None], chains, fresh)
+    warnings.warn(
+        f"nkserde: sampler_state/chains: {bad} of {ok.size} loaded chains are not states of the "
+        f"template's Hilbert space {hilbert}: they are re-drawn from the template's sampler "
+        f"(its fresh chains) and the sampler is reset", stacklevel=2)
+    state = state.replace(σ=replaced) if hasattr(state, "replace") else dataclasses.replace(state, σ=replaced)
+    return new.sampler.reset(new._sampler_model, new._sampler_variables, state)
 
 
 registry.register(
@@ -126,3 +181,10 @@ registry.register(
     dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None "
         "(the writing run's; a load keeps the template's)")
+
+
+# An MCState's and a FullSumState's parameters mean the same thing: a
+# non-strict load moves them (and the model state) between the two kinds;
+# an MCState loaded from a FullSumState keeps its template's sampler state.
+registry.transferable("variational state", ("netket.vqs.MCState", "netket.vqs.FullSumState"),
+                      fields=("parameters", "model_state", "chunk_size"))
