@@ -201,6 +201,8 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
     except CorruptFileError:
         raise  # names the file already
     except NkserdeError as exc:
+        if str(exc).startswith(f"{path}:"):  # a lazy read's error names the file already
+            raise
         raise type(exc)(f"{path}: {exc}") from None
     log.warn(stacklevel=2)
     return (obj, log) if report else obj

@@ -58,7 +58,15 @@ class ProcessMismatchError(NkserdeError):
     the run, reported before anything is written."""
 
 
-class FileWriteError(NkserdeError, OSError):
+class _SystemError(NkserdeError, OSError):
+    """An nkserde error caused by the operating system: ``errno`` is the
+    system's; the message (``strerror``) names the file and what failed."""
+
+    def __str__(self):
+        return self.strerror if self.strerror else super().__str__()
+
+
+class FileWriteError(_SystemError):
     """A save could not write, fsync or rename its file (disk full, I/O
     error, a vanished directory). The message names the file and the step;
     ``errno`` is the system's. Unless the step was the final fsync of the
@@ -66,7 +74,7 @@ class FileWriteError(NkserdeError, OSError):
     that handles a full disk as an OSError keeps working."""
 
 
-class FileReadError(NkserdeError, OSError):
+class FileReadError(_SystemError):
     """Reading a file failed in the operating system (an I/O error of the
     disk or network file system), as opposed to a file whose content is
     damaged (CorruptFileError). A missing file stays FileNotFoundError."""
