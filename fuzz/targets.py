@@ -7,7 +7,10 @@ trailer, header), ``verify`` (index, blocks, every checksum, streamed),
 ``load_state_dict`` (codecs, array decoding, per-process nodes, the tree),
 ``load`` into a template of the file's root type (registrations, schema
 migrations, format-1 files, checkpoint files), and ``migrate`` (an old file
-rewritten at today's versions, without a template).
+rewritten at today's versions, without a template); and the partial
+paths: ``nkserde.open`` (every key read, one at a time, lazily) and the
+index and array-at-a-time reads of the command line (``read_index``,
+``read_arrays``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import zlib
 from pathlib import Path
 
 import nkserde
+from nkserde import format as fileformat
 from nkserde.errors import NkserdeError
 
 # a 64 KiB input may legitimately declare up to ~2 GB of zstd-compressed
@@ -49,6 +53,13 @@ def _template_for(path: Path, data: bytes, templates: dict):
     return candidates[zlib.crc32(data) % len(candidates)]
 
 
+def _open_every_key(path: Path) -> None:
+    with nkserde.open(path) as opened:
+        opened.info
+        for key in opened.keys()[:64]:
+            opened.read(key)
+
+
 def read_every_way(path: Path, templates: dict, scratch: Path):
     """Reads the file at ``path`` every way; returns None, or
     ``(action, exception)`` for the first exception that is not an
@@ -57,7 +68,10 @@ def read_every_way(path: Path, templates: dict, scratch: Path):
     actions = (("info", lambda: nkserde.info(path)), ("verify", lambda: nkserde.verify(path)),
                ("load_state_dict", lambda: nkserde.load_state_dict(path)),
                ("load", lambda: nkserde.load(_template_for(path, data, templates), path)),
-               ("migrate", lambda: nkserde.migrate(path, scratch / "migrated.nks", overwrite=True)))
+               ("migrate", lambda: nkserde.migrate(path, scratch / "migrated.nks", overwrite=True)),
+               ("open", lambda: _open_every_key(path)),
+               ("read_index/read_arrays", lambda: (fileformat.read_index(path),
+                                                   list(fileformat.read_arrays(path)))))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, action in actions:

@@ -117,3 +117,14 @@ def test_per_process_values_of_different_structures(small, tmp_path):
     for read in (nkserde.load_state_dict, lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
         with pytest.raises(CorruptFileError, match="per-process values of different structures"):
             read(small)
+
+
+@pytest.mark.parametrize("shape", [None, 7])
+def test_lazy_load_checks_an_entry_before_using_it(small, shape):
+    # found: load (lazy reads) took tuple(entry["shape"]) before validating
+    # the entry: TypeError
+    _rewrite(small, lambda h: h["arrays"][0].update(shape=shape))
+    with pytest.raises(CorruptFileError, match="array 0: malformed shape"):
+        nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
+    with pytest.raises(CorruptFileError, match="array 0: malformed shape"):
+        nkserde.open(small)
