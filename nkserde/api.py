@@ -53,8 +53,8 @@ def _types(state, found: dict) -> dict:
     if isinstance(state, (PerProcess, Primary)):
         return _types(state.value, found)
     if isinstance(state, dict):
-        if tree.TYPE in state:
-            found[state[tree.TYPE]] = state[tree.VERSION]
+        if isinstance(state.get(tree.TYPE), str):
+            found[state[tree.TYPE]] = state.get(tree.VERSION)
         for v in state.values():
             _types(v, found)
     elif isinstance(state, list):
@@ -208,7 +208,9 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
 
 def _netket_file(path: Path) -> bool:
     """A file NetKet wrote (flax .mpack, nqxpack), by its first bytes."""
-    with open(path, "rb") as f:
+    from .format.reader import read_errors
+
+    with read_errors(path), open(path, "rb") as f:
         head = f.read(len(fileformat.MAGIC))
     if head == fileformat.MAGIC:
         return False

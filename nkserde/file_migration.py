@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import api, registry, tree
 from . import format as fileformat
-from .errors import MigrationError, NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
 from .parts import ProcessValues
 from .tree import TYPE, VERSION
 
@@ -94,8 +94,10 @@ def _upgrade(node, path, kept=None):
         return [_upgrade(v, path + (i,), kept) for i, v in enumerate(node)]
     if not isinstance(node, dict):
         return node
-    if TYPE not in node or not isinstance(node[TYPE], str):
+    if TYPE not in node:
         return {k: _upgrade(v, path + (k,), kept) for k, v in node.items()}
+    if not isinstance(node[TYPE], str):
+        raise CorruptFileError(f"{format_path(path)}: malformed type name {node[TYPE]!r:.80}")
     name = registry.resolve(node[TYPE])
     reg, version = registry.lookup_name(name), node.get(VERSION)
     fields = {k: v for k, v in node.items() if k not in (TYPE, VERSION)}
