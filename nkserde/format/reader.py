@@ -290,10 +290,11 @@ class LazyFile:
             with read_errors(self.path):
                 self.header, payload_end = _open_header(self._file, self.path)
             version = self.header["format_version"]
-            self.arrays = [
-                LazyArray(self, i, entry["dtype"], tuple(entry["shape"]),
-                          _check_entry(entry, i, payload_end, self.path, version))
-                for i, entry in enumerate(self.header["arrays"])]
+            # every entry is validated before any of its fields is used
+            checked = [_check_entry(entry, i, payload_end, self.path, version)
+                       for i, entry in enumerate(self.header["arrays"])]
+            self.arrays = [LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
+                           for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))]
             try:
                 self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
             except (ValueError, RecursionError) as exc:
