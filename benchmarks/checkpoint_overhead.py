@@ -205,7 +205,7 @@ def timed_run(driver, steps, option, parent: Path) -> dict:
            "run_hooks": {h: HOOK_TIME[h] for h in RUN_HOOKS if h in HOOK_TIME},
            "saves_in_loop": sum(SAVES[h] for h in STEP_HOOKS), "saves_at_end": SAVES["on_run_end"],
            # (steps the run's thread wrote, seconds from snapshot to file) per background write
-           "lags": list(getattr(ckpt, "_write_lag", ()) or ())}
+           "lags": list(getattr(ckpt, "write_lags", None) or getattr(ckpt, "_write_lag", ()) or ())}
     if directory is not None:
         files = sorted(directory.glob("step-*.nks"))
         row["file_mb"] = files[-1].stat().st_size / 1e6 if files else None

@@ -76,7 +76,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -351,16 +350,12 @@ def measure_loads(state: dict, path: Path, sync) -> dict:
 # --------------------------------------------------------------------------- launcher
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(n: int, args, workdir: Path) -> list[dict]:
     """Runs ``n`` workers; returns their reports (rank order). Their output
     goes to files, printed only if the group fails or times out."""
-    port = free_port()
+    from nkserde.distributed import free_local_port
+
+    port = free_local_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
     common = ["--loads-only"] * args.loads_only + [
         "--params-mb", str(args.params_mb), "--chains-mb", str(args.chains_mb), "--n-sites", str(args.n_sites),
@@ -505,15 +500,9 @@ def print_tables(rows: list[dict]) -> None:
 
 
 def versions() -> dict:
-    from importlib import metadata
+    from nkserde.api import installed_version
 
-    def version(dist):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {d: version(d) for d in ("nkserde", "jax", "jaxlib", "flax", "netket", "numpy", "msgpack")}
+    return {d: installed_version(d) for d in ("nkserde", "jax", "jaxlib", "flax", "netket", "numpy", "msgpack")}
 
 
 def launcher(args) -> None:

@@ -610,13 +610,7 @@ def check_targets(rows: dict, memory: dict, nbytes: int) -> list[dict]:
 
 
 def environment() -> dict:
-    from importlib import metadata
-
-    def v(dist):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+    from nkserde.api import installed_version as v
 
     cpu = ""
     try:

@@ -16,6 +16,7 @@ Public API::
     nkserde.migration(name, from_version)
     nkserde.migrate(src, dst=None)       -> rewrites a file at today's format and schemas
     nkserde.per_process(value, derive=None)   in a to_state: a value each JAX process has its own of
+    nkserde.set_load_limits(max_load_bytes=None, max_header_bytes=None)   ceilings of a load
     nkserde.errors
     nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
@@ -25,6 +26,7 @@ from . import errors
 from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
                   state_dict, verify)
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
+from .format.limits import set_load_limits
 from .parts import per_process
 from .partial import LoadReport, PartialLoadWarning
 from .file_migration import migrate
@@ -41,4 +43,4 @@ __version__ = "0.1.0"
 __all__ = ["Checkpoint", "LoadReport", "PartialLoadWarning",
            "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict",
            "migrate", "migration", "open", "per_process", "register", "save",
-           "save_state_dict", "state_dict", "verify"]
+           "save_state_dict", "set_load_limits", "state_dict", "verify"]

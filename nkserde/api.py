@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import math
 import platform
 from importlib import metadata
 from pathlib import Path
@@ -13,7 +14,8 @@ import jax
 
 from . import directory, partial, tree
 from . import format as fileformat
-from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError, format_path
+from .format.tree_codec import outline as tree_codec_outline
 from .tree import TYPE
 from .parts import PerProcess, Primary
 
@@ -31,24 +33,28 @@ def from_state_dict(template, state) -> object:
 
 
 @functools.cache
-def _library_versions() -> dict:
-    # importlib.metadata lookups cost ~0.5 ms each: once per process
-    def version(dist):
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
+def installed_version(dist: str) -> str | None:
+    """The installed version of the distribution ``dist``, or None. Cached:
+    importlib.metadata lookups cost ~0.5 ms each."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
 
-    return {"nkserde": version("nkserde"), "netket": version("netket"), "jax": jax.__version__,
-            "flax": version("flax"), "numpy": version("numpy"), "python": platform.python_version()}
+
+def _library_versions() -> dict:
+    """The versions a file records as its writers'."""
+    return {"nkserde": installed_version("nkserde"), "netket": installed_version("netket"),
+            "jax": jax.__version__, "flax": installed_version("flax"), "numpy": installed_version("numpy"),
+            "python": platform.python_version()}
 
 
 def _types(state, found: dict) -> dict:
     if isinstance(state, (PerProcess, Primary)):
         return _types(state.value, found)
     if isinstance(state, dict):
-        if tree.TYPE in state:
-            found[state[tree.TYPE]] = state[tree.VERSION]
+        if isinstance(state.get(tree.TYPE), str):
+            found[state[tree.TYPE]] = state.get(tree.VERSION)
         for v in state.values():
             _types(v, found)
     elif isinstance(state, list):
@@ -192,8 +198,8 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         obj = tree.restore(template, state, where, report=log)
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
-    except CorruptFileError:
-        raise  # names the file already
+    except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
+        raise  # raised by the reader: names the file already
     except NkserdeError as exc:
         raise type(exc)(f"{path}: {exc}") from None
     log.warn(stacklevel=2)
@@ -202,7 +208,9 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
 
 def _netket_file(path: Path) -> bool:
     """A file NetKet wrote (flax .mpack, nqxpack), by its first bytes."""
-    with open(path, "rb") as f:
+    from .format.reader import read_errors
+
+    with read_errors(path), open(path, "rb") as f:
         head = f.read(len(fileformat.MAGIC))
     if head == fileformat.MAGIC:
         return False
@@ -356,3 +364,72 @@ def verify(path) -> dict:
     CorruptFileError (or UnsupportedVersionError) otherwise. Streams the
     arrays through one buffer: memory does not grow with the file."""
     return fileformat.drain(verify_steps(path))
+
+
+def contents(path) -> tuple[dict, list[dict]]:
+    """What a file holds, from its header alone (no array is read):
+    ``(info, entries)`` with ``info`` as :func:`info` returns it and one
+    entry per place in the stored tree, in tree order:
+
+    * ``{"kind": "object", "path", "type", "schema_version", "per_process"}``
+      for every stored object (``"@type"`` as stored: an old file may name
+      an old alias);
+    * ``{"kind": "array", "path", "dtype", "shape", "nbytes",
+      "stored_bytes", "codec", "blocks", "type", "schema_version",
+      "per_process", "index"}``: ``stored_bytes`` on disk, ``codec``
+      ``"raw"``, ``"zstd"`` or ``"raw+zstd"`` (blocks stored differently),
+      ``type``/``schema_version`` of the innermost object holding it,
+      ``index`` in the file's array table;
+    * ``{"kind": "value", "path", "value", "type", "schema_version",
+      "per_process"}``: a scalar, string, ``None``, empty map or list of
+      scalars kept in the header (JSON-safe: non-finite floats and complex
+      numbers as strings, bytes as ``"<n bytes>"``).
+
+    Paths are ``/``-joined (``driver/state/parameters/Dense/kernel``); a
+    per-process value (one per JAX process of the run that wrote it) is
+    listed once, with process 0's values and its arrays stacked ``[P, ...]``.
+    """
+    path = Path(path)
+    header, table = fileformat.read_index(path)
+    entries, objects = [], []  # objects: enclosing (path, type, version), innermost last
+    try:
+        for kind, where, payload, per_process in tree_codec_outline(header["tree"]):
+            while objects and objects[-1][0] != where[:len(objects[-1][0])]:
+                objects.pop()
+            if where and where[-1] in (TYPE, tree.VERSION) and objects and objects[-1][0] == where[:-1]:
+                continue
+            name = format_path(where)
+            if kind == "map":
+                if isinstance(payload.get(TYPE), str):
+                    objects.append((where, payload[TYPE], payload.get(tree.VERSION)))
+                    entries.append({"kind": "object", "path": name, "type": payload[TYPE],
+                                    "schema_version": payload.get(tree.VERSION), "per_process": per_process})
+                continue
+            owner = {"type": objects[-1][1] if objects else None,
+                     "schema_version": objects[-1][2] if objects else None, "per_process": per_process}
+            if kind == "array":
+                if payload >= len(table):
+                    raise ValueError(f"array reference {payload} out of range")
+                a = table[payload]
+                entries.append({"kind": "array", "path": name, "dtype": a["dtype"], "shape": a["shape"],
+                                "nbytes": a["nbytes"], "stored_bytes": a["stored"], "codec": "+".join(a["codecs"]),
+                                "blocks": a["blocks"], **owner, "index": payload})
+            else:
+                entries.append({"kind": "value", "path": name, "value": _jsonable(payload), **owner})
+    except (ValueError, RecursionError) as exc:
+        raise CorruptFileError(f"{path}: header tree is malformed: {exc}") from None
+    return _info(header), entries
+
+
+def _jsonable(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, complex):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"<{len(value)} bytes>"
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value

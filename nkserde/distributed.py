@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import socket
 import threading
 
 import jax
@@ -26,6 +27,18 @@ TIMEOUT_MS = 10 * 60 * 1000
 
 def process_count() -> int:
     return jax.process_count()
+
+
+def multi_process() -> bool:
+    return jax.process_count() > 1
+
+
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 now: the coordinator address of JAX
+    processes launched on one machine (tests, benchmarks)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _client():
@@ -80,6 +93,16 @@ def coordination_name(purpose: str, path) -> str:
     and the file or directory it concerns (every process names the same
     path the same way; different targets never share keys)."""
     return f"{purpose}:{hashlib.sha1(str(path).encode()).hexdigest()[:16]}"
+
+
+def any_process(name: str, flag: int | None) -> int | None:
+    """The first non-zero ``flag`` of any process (by value: the largest),
+    on every process: e.g. a signal that reached only some of them.
+    ``name``: a :func:`coordination_name`. One process: ``flag``."""
+    if jax.process_count() == 1:
+        return flag
+    received = JaxCommunicator(name).allgather(str(flag or 0).encode())
+    return flag or max(int(b) for b in received) or None
 
 
 def on_process_0(name: str, decide, failed: str):

@@ -17,6 +17,12 @@ class CorruptFileError(NkserdeError):
     checksum mismatch, undecodable header or payload)."""
 
 
+class LoadLimitError(CorruptFileError):
+    """A file declares more than a load limit allows (a header or a decoded
+    size beyond ``nkserde.set_load_limits``): it is damaged, hostile, or
+    bigger than this process is prepared to load."""
+
+
 class TemplateMismatchError(NkserdeError):
     """The template and the file disagree on structure, shape, dtype or type."""
 
@@ -50,6 +56,20 @@ class ProcessMismatchError(NkserdeError):
     """In a run of several processes, a value that should be the same on
     every process (parameters, optimizer state, structure) differs: a bug in
     the run, reported before anything is written."""
+
+
+class FileWriteError(NkserdeError, OSError):
+    """A save could not write, fsync or rename its file (disk full, I/O
+    error, a vanished directory). The message names the file and the step;
+    ``errno`` is the system's. Unless the step was the final fsync of the
+    directory, the file at the target is untouched. Also an OSError, so code
+    that handles a full disk as an OSError keeps working."""
+
+
+class FileReadError(NkserdeError, OSError):
+    """Reading a file failed in the operating system (an I/O error of the
+    disk or network file system), as opposed to a file whose content is
+    damaged (CorruptFileError). A missing file stays FileNotFoundError."""
 
 
 class DistributedSaveError(NkserdeError):

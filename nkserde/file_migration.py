@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import api, registry, tree
 from . import format as fileformat
-from .errors import NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
 from .parts import ProcessValues
 from .tree import TYPE, VERSION
 
@@ -66,23 +66,49 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
     return fileformat.drain(fileformat.write_file_steps(dst, state, meta))
 
 
-def _upgrade(node, path):
+def current_state_dict(path, *, kept: list | None = None) -> object:
+    """The file's state dict (as :func:`nkserde.load_state_dict` returns
+    it) with every stored object at today's name and schema version, in
+    memory: files of other format or schema versions compare with today's.
+
+    ``kept``: if given, an object whose migration needs a template (see
+    :func:`migrate`) stays at its stored version instead of raising, and
+    ``(path, type name, stored version)`` is appended to it."""
+    path = Path(path)
+    header, state = fileformat.read_file(path)
+    try:
+        return _upgrade(state, (), kept)
+    except UnsupportedVersionError as exc:
+        raise type(exc)(f"{path}: {exc}{api.written_by(header.get('meta'))}") from None
+    except NkserdeError as exc:
+        raise type(exc)(f"{path}: {exc}") from None
+
+
+def _upgrade(node, path, kept=None):
     """The file's tree with every registered object at its current schema
-    version (migrations get no template)."""
+    version (migrations get no template). ``kept``: see
+    :func:`current_state_dict`."""
     if isinstance(node, ProcessValues):
-        return ProcessValues([_upgrade(v, path) for v in node.values])
+        return ProcessValues([_upgrade(v, path, kept) for v in node.values])
     if isinstance(node, list):
-        return [_upgrade(v, path + (i,)) for i, v in enumerate(node)]
+        return [_upgrade(v, path + (i,), kept) for i, v in enumerate(node)]
     if not isinstance(node, dict):
         return node
-    if TYPE not in node or not isinstance(node[TYPE], str):
-        return {k: _upgrade(v, path + (k,)) for k, v in node.items()}
+    if TYPE not in node:
+        return {k: _upgrade(v, path + (k,), kept) for k, v in node.items()}
+    if not isinstance(node[TYPE], str):
+        raise CorruptFileError(f"{format_path(path)}: malformed type name {node[TYPE]!r:.80}")
     name = registry.resolve(node[TYPE])
     reg, version = registry.lookup_name(name), node.get(VERSION)
     fields = {k: v for k, v in node.items() if k not in (TYPE, VERSION)}
     if reg is not None and isinstance(version, int) and not isinstance(version, bool):
-        fields = registry.upgrade(name, version, fields, reg.version, path)
-        version = reg.version
+        try:
+            fields = registry.upgrade(name, version, fields, reg.version, path)
+            version = reg.version
+        except MigrationError:
+            if kept is None:
+                raise
+            kept.append((path, name, version))
     # a type this install does not know (a rule-made one not met yet: its
     # schema is its library's, version 1) is kept as it is
-    return {TYPE: name, VERSION: version, **{k: _upgrade(v, path + (k,)) for k, v in fields.items()}}
+    return {TYPE: name, VERSION: version, **{k: _upgrade(v, path + (k,), kept) for k, v in fields.items()}}

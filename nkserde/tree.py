@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from . import registry
+from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
 from .parts import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
@@ -78,16 +79,19 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         with _set(_CHECK_ONLY):
             return to_state_dict(obj, path)
     if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
+        if isinstance(obj, str):
+            _check_text(obj, path)
         return obj
     if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            raise UnregisteredTypeError(f"{format_path(path)}: arrays of Python objects cannot be stored")
+        _check_dtype(obj.dtype, path)
         return obj
     if isinstance(obj, np.generic):
+        _check_dtype(obj.dtype, path)
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
         if _is_key_array(obj):
             return _node(KEY_REGISTRATION, obj, path)
+        _check_dtype(obj.dtype, path)
         return None if _CHECK_ONLY.get() else _host_array(obj)
     reg = registry.lookup(type(obj))
     if reg is not None:
@@ -99,9 +103,9 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     if isinstance(obj, Resizable):
         return to_state_dict(obj.value, path)
     if isinstance(obj, Mapping):
-        out = {}
+        out, seen = {}, {}
         for k, v in obj.items():
-            key = _key(k, path)
+            key = _new_key(k, seen, path)
             out[key] = to_state_dict(v, path + (key,))
         return out
     if type(obj) in (list, tuple):
@@ -122,22 +126,58 @@ def _check_schema(reg: registry.Registration, fields, path) -> None:
 
 
 def _key(k, path) -> str:
+    """The stored (string) form of dict key ``k``: a str as it is, an int as
+    its decimal digits (the template's key gives the int back on load)."""
     if isinstance(k, bool) or not isinstance(k, (str, int)):
         raise UnregisteredTypeError(
             f"{format_path(path)}: dict key {k!r} of type {type(k).__name__}; keys must be str or int")
-    k = str(k)
-    if k.startswith("@"):
+    # str() of an int or str subclass (IntEnum, StrEnum, ...) may not be its
+    # value: store the value itself
+    s = str.__str__(k) if isinstance(k, str) else int.__repr__(k)
+    if s.startswith("@"):
         raise UnregisteredTypeError(f"{format_path(path)}: dict key {k!r}: keys starting with '@' are reserved")
-    return k
+    _check_text(s, path, f"dict key {k!r}")
+    return s
+
+
+def _new_key(k, seen: dict, path) -> str:
+    """:func:`_key`, refusing a key whose stored form another key of the same
+    dict already has (``1`` and ``"1"``): one value would be lost on load.
+    ``seen``: stored form -> key, of the dict's keys so far."""
+    key = _key(k, path)
+    if key in seen:
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: dict keys {seen[key]!r} and {k!r} are both stored as {key!r} "
+            "(int keys are stored as their decimal string): one value would be lost on load")
+    seen[key] = k
+    return key
+
+
+def _check_text(s: str, path, what: str = "string") -> None:
+    """The file stores text as UTF-8: a lone surrogate ("\\ud800") cannot be."""
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: {what} is not valid Unicode text (a lone surrogate); "
+            "store it as bytes") from None
+
+
+def _check_dtype(dtype, path) -> None:
+    if dtype_name(dtype) is None:
+        what = "Python objects" if np.dtype(dtype).hasobject else f"dtype {dtype}"
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: arrays of {what} cannot be stored (storable dtypes: "
+            f"{', '.join(DTYPES)}; convert strings to bytes or a list of str, dates to int64)")
 
 
 def _node(reg: registry.Registration, obj, path) -> dict:
     fields = reg.to_state(obj)
     if reg.fields is not None:
         _check_schema(reg, fields, path)
-    out = {TYPE: reg.name, VERSION: reg.version}
+    out, seen = {TYPE: reg.name, VERSION: reg.version}, {}
     for k, v in fields.items():
-        key = _key(k, path)
+        key = _new_key(k, seen, path)
         out[key] = to_state_dict(v, path + (key,))
     return out
 

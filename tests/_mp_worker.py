@@ -20,6 +20,11 @@ split them evenly):
     own-blocks FILE              save a dict of a 4 MB array split over the
                                  processes and a replicated one, load it
                                  back; rank-<r>.npz: bytes read by the load
+    save-fail FILE RANK HOW      save a fresh VMC driver to FILE, then save
+                                 it again with process RANK's writes
+                                 failing (HOW: ``ENOSPC`` or ``EIO``);
+                                 every process writes rank-<r>.npz with the
+                                 error it got
     ckpt DRIVER STEPS HOW        ``nkserde.checkpointed(driver,
                                  WORKDIR/ckpt, every=2)``, run STEPS with
                                  ``out=WORKDIR/out/log``. HOW: ``run``;
@@ -165,6 +170,8 @@ def main():
         checkpointed_run(rest[0], int(rest[1]), rest[2])
     elif action == "own-blocks":
         own_blocks(rest[0])
+    elif action == "save-fail":
+        save_failing(Path(rest[0]), int(rest[1]), rest[2])
     elif action == "mismatch":
         nkserde.save({"replicated": np.full(3, float(rank)), "same": np.zeros(2)}, rest[0])
     else:
@@ -229,6 +236,53 @@ def checkpointed_run(name, steps, how):
     ckpt = driver.last_checkpoint
     report(driver, resumed_from=np.asarray(-1 if ckpt.resumed_from is None else ckpt.resumed_from),
            interrupted=np.asarray(str(ckpt.interrupted)))
+
+
+def save_failing(file, failing_rank, how):
+    """Process ``failing_rank``'s writes fail: process 0 writes through a
+    file object, the others with os.pwrite."""
+    import errno
+
+    import nkserde.format.writer as writer
+
+    driver = vmc()
+    nkserde.save(driver, file)
+    before = file.read_bytes() if rank == 0 else b""
+    code = getattr(errno, how)
+    if rank == failing_rank:
+        def fail(*args, **kwargs):
+            raise OSError(code, os.strerror(code))
+
+        if rank == 0:
+            real_open = open
+
+            class Failing:
+                def __init__(self, f):
+                    self.f, self.writes = f, 0
+
+                def write(self, data):
+                    self.writes += 1
+                    if self.writes == 3:  # after the preamble
+                        fail()
+                    return self.f.write(data)
+
+                def __getattr__(self, name):
+                    return getattr(self.f, name)
+
+            writer.open = lambda *a, **k: Failing(real_open(*a, **k))
+        else:
+            os.pwrite = fail
+    try:
+        nkserde.save(driver, file)
+        error = "no error"
+    except nkserde.errors.NkserdeError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    multihost_utils.sync_global_devices("after the failed save")
+    same = file.read_bytes() == before if rank == 0 else True
+    temps = [p.name for p in file.parent.iterdir() if p.name.endswith(".nkserde-tmp")]
+    np.savez(workdir / f"rank-{rank}.npz", error=np.asarray(error), unchanged=np.asarray(same),
+             temps=np.asarray(temps or [""]))
+    nkserde.verify(file)
 
 
 def numpy_state():

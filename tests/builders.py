@@ -12,6 +12,8 @@ import netket.experimental as nkx
 import numpy as np
 import optax
 
+import nkserde
+
 N = 8
 
 
@@ -233,3 +235,30 @@ def json_differences(got, want, path="") -> list[str]:
     elif got != want or type(got) is not type(want):
         problems.append(f"{path}: {got!r} != reference {want!r}")
     return problems
+
+
+def assert_same_leaf_types(loaded, template):
+    """Same pytree structure (NamedTuple classes, tuple vs list, dict key
+    order) and, leaf by leaf, JAX arrays where the template has JAX arrays
+    and numpy where it has numpy, with equal dtypes and shapes."""
+    assert jax.tree_util.tree_structure(loaded) == jax.tree_util.tree_structure(template)
+    for a, t in zip(jax.tree_util.tree_leaves(loaded), jax.tree_util.tree_leaves(template)):
+        assert type(a) is type(t)
+        if isinstance(t, (np.ndarray, np.generic, jax.Array)):
+            assert a.dtype == t.dtype and np.shape(a) == np.shape(t)
+        if isinstance(t, jax.Array):
+            assert a.weak_type == t.weak_type
+
+
+def round_trip(obj, template, path):
+    """save + load, and state_dict + from_state_dict; checks both against
+    ``obj`` and that the template was not mutated. Returns the loaded object."""
+    before = leaves(template)
+    nkserde.save(obj, path)
+    loaded = nkserde.load(template, path)
+    in_memory = nkserde.from_state_dict(template, nkserde.state_dict(obj))
+    for out in (loaded, in_memory):
+        assert type(out) is type(template)
+        assert_identical(obj, out)
+    assert_unchanged(before, template)
+    return loaded

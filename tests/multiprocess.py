@@ -11,20 +11,15 @@ process calls ``jax.distributed.initialize``.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from nkserde.distributed import free_local_port
+
 WORKER = Path(__file__).with_name("_mp_worker.py")
 TIMEOUT = 240  # seconds for a whole group
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(n: int, args, *, jax_cache: Path | None = None, timeout: float = TIMEOUT,
@@ -32,7 +27,7 @@ def launch(n: int, args, *, jax_cache: Path | None = None, timeout: float = TIME
     """Runs the worker in ``n`` processes; returns their outputs (rank
     order). Raises AssertionError if one fails (or, with
     ``expect_failure``, if none does) or the group times out."""
-    port = free_port()
+    port = free_local_port()
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if jax_cache is not None:
         environ["MP_JAX_CACHE"] = str(jax_cache)

@@ -20,8 +20,8 @@ A reader reads the fixed-size trailer, then the header, then the arrays.
 """
 
 from .layout import FORMAT_VERSION, MAGIC
-from .reader import LazyArray, LazyFile, materialize, read_file, read_header, verify_steps
+from .reader import LazyArray, LazyFile, materialize, read_arrays, read_file, read_header, read_index, verify_steps
 from .writer import drain, write_file, write_file_steps
 
-__all__ = ["FORMAT_VERSION", "LazyArray", "LazyFile", "MAGIC", "drain", "materialize", "read_file",
-           "read_header", "write_file", "write_file_steps", "verify_steps"]
+__all__ = ["FORMAT_VERSION", "LazyArray", "LazyFile", "MAGIC", "drain", "materialize", "read_arrays", "read_file",
+           "read_header", "read_index", "write_file", "write_file_steps", "verify_steps"]

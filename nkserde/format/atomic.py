@@ -14,7 +14,12 @@ import os
 import socket
 from pathlib import Path
 
+from ..errors import FileWriteError, NkserdeError
+
 TEMP_MARK = ".nkserde-tmp"
+# temporary files of this process that a failed save could not remove (the
+# unlink failed too): not in flight, so the next save removes them
+_leftovers: set[Path] = set()
 
 
 def temp_name(name: str, host: str | None = None, pid: int | None = None) -> str:
@@ -40,6 +45,13 @@ def remove_stale_temps(directory: Path) -> list[Path]:
     """Removes temporary files left in ``directory`` by dead processes of this
     host; files of live processes and of other hosts are left alone."""
     removed = []
+    for leftover in sorted(_leftovers):
+        if leftover.parent == Path(directory):
+            with contextlib.suppress(OSError):
+                os.unlink(leftover)
+                removed.append(leftover)
+            if not leftover.exists():
+                _leftovers.discard(leftover)
     host = socket.gethostname()
     try:
         entries = list(os.scandir(directory))
@@ -70,11 +82,33 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def write_error(target, step: str, exc: OSError, untouched: bool = True) -> FileWriteError:
+    """The FileWriteError of a save of ``target`` whose ``step`` failed."""
+    state = ("the file at the target is untouched" if untouched else
+             "the new file is in place but may not survive a crash of the machine")
+    error = FileWriteError(exc.errno, f"{target}: save failed while {step}: "
+                                      f"{exc.strerror or exc} ({state})")
+    error.filename = str(target)
+    return error
+
+
+def remove_temp(temp: Path) -> None:
+    """Removes a failed save's temporary file; if even that fails, the next
+    save to its directory tries again."""
+    try:
+        os.unlink(temp)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        _leftovers.add(Path(temp))
+
+
 @contextlib.contextmanager
 def atomic_write(target: Path):
     """Yields a binary file object; on clean exit its content replaces
     ``target`` atomically and durably. On an exception the target is
-    untouched and the temporary file removed."""
+    untouched and the temporary file removed; an OSError of a write, fsync
+    or rename becomes a FileWriteError naming the target and the step."""
     target = Path(target)
     directory = target.parent if str(target.parent) else Path(".")
     remove_stale_temps(directory)
@@ -85,16 +119,28 @@ def atomic_write(target: Path):
     while temp.exists():
         counter += 1
         temp = directory / temp_name(f"{target.name}.{counter}")
-    f = open(temp, "xb")
+    try:
+        f = open(temp, "xb")
+    except OSError as exc:
+        raise write_error(target, "creating its temporary file", exc) from exc
+    step = "writing"
     try:
         yield f
+        step = "writing"
         f.flush()
+        step = "syncing the file to disk (fsync)"
         os.fsync(f.fileno())
         f.close()
+        step = "renaming the temporary file over the target"
         os.replace(temp, target)
-        fsync_directory(directory)
-    except BaseException:
-        f.close()
+    except BaseException as exc:
         with contextlib.suppress(OSError):
-            os.unlink(temp)
+            f.close()
+        remove_temp(temp)
+        if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
+            raise write_error(target, step, exc) from exc
         raise
+    try:
+        fsync_directory(directory)
+    except OSError as exc:
+        raise write_error(target, "syncing the directory (fsync)", exc, untouched=False) from exc

@@ -37,6 +37,7 @@ KEEP_RATIO = 0.9
 SMALL_SAMPLE_RATIO = 0.5
 LARGE_RATIO = 0.05
 LEVEL = 1
+MAX_WINDOW = 1 << 27
 CHUNK = 4 << 20  # streaming granularity: bounds extra memory per array
 
 
@@ -85,8 +86,20 @@ def compress_stream(data: memoryview, write, hasher) -> int:
 
 def stream_reader(frame):
     """A reader with ``readinto`` that decompresses ``frame`` (bytes-like)
-    straight into the caller's buffer."""
-    return zstandard.ZstdDecompressor().stream_reader(frame)
+    straight into the caller's buffer (the caller reads no more than the
+    size it expects: a frame cannot expand beyond it). The window a frame
+    may ask for is bounded (zstd's default, 128 MiB; level 1 uses 512 KiB)."""
+    return zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW).stream_reader(frame)
+
+
+def content_size(frame) -> int | None:
+    """The decompressed size a frame's header declares, None if it declares
+    none (every frame nkserde writes declares it)."""
+    try:
+        size = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError:
+        return None  # not a frame header: the decompressor will say so
+    return size if size >= 0 else None
 
 
 ZstdError = zstandard.ZstdError

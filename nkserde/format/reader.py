@@ -3,6 +3,8 @@ naming the file and what failed, never a raw msgpack/zstd/struct error."""
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import math
 import os
 import threading
@@ -11,9 +13,9 @@ from pathlib import Path
 import msgpack
 import numpy as np
 
-from ..errors import CorruptFileError, UnsupportedVersionError
+from ..errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
 from ..parts import ProcessValues
-from . import codecs, tree_codec
+from . import codecs, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (
     ALIGNMENT, DTYPES, END_MAGIC, FORMAT_VERSION, MAGIC, PREAMBLE, TRAILER,
@@ -23,6 +25,22 @@ _INDEX_KEYS = {"dtype", "shape", "offset", "nbytes", "stored", "codec", "checksu
 _BLOCKED_KEYS = {"dtype", "shape", "blocks"}
 _BLOCK_KEYS = {"start", "shape", "offset", "stored", "codec", "checksum"}
 MAX_BLOCKS = 1 << 16
+MAX_GRID_CELLS = 1 << 22  # cells of the grid the blocks of one array are checked on
+
+
+@contextlib.contextmanager
+def read_errors(path):
+    """An OSError while reading ``path`` (EIO of a failing disk or network
+    file system, a permission) becomes a FileReadError naming the file; a
+    missing file stays FileNotFoundError."""
+    try:
+        yield
+    except (FileNotFoundError, NkserdeError):
+        raise
+    except OSError as exc:
+        error = FileReadError(exc.errno, f"{path}: reading the file failed: {exc.strerror or exc}")
+        error.filename = str(path)
+        raise error from exc
 
 
 def _corrupt(path, what) -> CorruptFileError:
@@ -38,6 +56,7 @@ def _read_exact(f, n: int, path, what: str) -> bytes:
 
 def _open_header(f, path) -> tuple[dict, int]:
     size = os.fstat(f.fileno()).st_size
+    max_header = limits.current().max_header_bytes
     if size < PREAMBLE.size + TRAILER.size:
         raise _corrupt(path, f"{size} bytes is too short for an nkserde file (empty or truncated)")
     magic, version, _flags = PREAMBLE.unpack(_read_exact(f, PREAMBLE.size, path, "preamble"))
@@ -55,6 +74,10 @@ def _open_header(f, path) -> tuple[dict, int]:
         raise _corrupt(path, "bad trailer magic: the file is truncated or was not completely written")
     if offset + length + TRAILER.size != size or offset < PREAMBLE.size:
         raise _corrupt(path, f"header position {offset}+{length} does not fit a file of {size} bytes")
+    if length > max_header:
+        raise limits.LoadLimitError(
+            f"{path}: header of {length} bytes is larger than the limit of {max_header} bytes "
+            "(nkserde.set_load_limits(max_header_bytes=...) or NKSERDE_MAX_HEADER_BYTES raise it)")
     f.seek(offset)
     raw = _read_exact(f, length, path, "header")
     if checksum(raw) != digest:
@@ -74,7 +97,7 @@ def read_header(path) -> dict:
     """The validated header: ``{format_version, meta, tree, arrays}``; the tree
     still holds ``{"@array": i}`` references."""
     path = Path(path)
-    with open(path, "rb") as f:
+    with read_errors(path), open(path, "rb") as f:
         return _open_header(f, path)[0]
 
 
@@ -96,7 +119,7 @@ def _check_entry(entry, i, payload_end, path, version):
 
 
 def _check_dtype_shape(entry, i, path):
-    if entry["dtype"] not in DTYPES:
+    if not isinstance(entry["dtype"], str) or entry["dtype"] not in DTYPES:
         raise _corrupt(path, f"array {i}: unknown dtype {entry['dtype']!r}")
     if not _is_index(entry["shape"]):
         raise _corrupt(path, f"array {i}: malformed shape {entry['shape']!r}")
@@ -121,13 +144,25 @@ def _check_blocked(entry, i, payload_end, path):
         boxes.append((block["start"], block["shape"], block))
     if sum(math.prod(n) for _, n, _ in boxes) != math.prod(shape):
         raise _corrupt(path, f"array {i}: blocks do not fill shape {shape}")
-    for a in range(len(boxes)):
-        for b in range(a):
-            if all(sa < sb + nb and sb < sa + na
-                   for sa, na, sb, nb in zip(boxes[a][0], boxes[a][1], boxes[b][0], boxes[b][1])):
-                if math.prod(boxes[a][1]) and math.prod(boxes[b][1]):
-                    raise _corrupt(path, f"array {i}: blocks overlap")
+    _check_disjoint([(s, n) for s, n, _ in boxes if math.prod(n)], i, path)
     return boxes
+
+
+def _check_disjoint(boxes, i, path):
+    """No two blocks overlap. Painted on the grid their edges cut the array
+    into, so the cost grows with the cells (bounded), not the pairs."""
+    if len(boxes) < 2:
+        return
+    cuts = [sorted({s[d] for s, _ in boxes} | {s[d] + n[d] for s, n in boxes}) for d in range(len(boxes[0][0]))]
+    if math.prod(len(c) - 1 for c in cuts) > MAX_GRID_CELLS:
+        raise _corrupt(path, f"array {i}: {len(boxes)} blocks cut the array into too many pieces")
+    painted = np.zeros([len(c) - 1 for c in cuts], bool)
+    for start, block in boxes:
+        index = tuple(slice(bisect.bisect_left(c, s), bisect.bisect_left(c, s + n))
+                      for c, s, n in zip(cuts, start, block))
+        if painted[index].any():
+            raise _corrupt(path, f"array {i}: blocks overlap")
+        painted[index] = True
 
 
 def _check_storage(entry, i, shape, payload_end, path):
@@ -141,6 +176,9 @@ def _check_storage(entry, i, shape, payload_end, path):
         raise _corrupt(path, f"array {i}: unknown codec {entry['codec']!r}")
     if entry["codec"] == codecs.RAW and entry["stored"] != entry["nbytes"]:
         raise _corrupt(path, f"array {i}: raw array with stored length != size")
+    if entry["codec"] == codecs.ZSTD and entry["nbytes"] > entry["stored"] * limits.MAX_ZSTD_RATIO:
+        raise _corrupt(path, f"array {i} ({dtype}{list(shape)}): {entry['nbytes']} bytes cannot come "
+                             f"from a zstd frame of {entry['stored']} bytes")
     if entry["offset"] % ALIGNMENT or entry["offset"] + entry["stored"] > payload_end:
         raise _corrupt(path, f"array {i}: payload position out of bounds")
 
@@ -167,9 +205,9 @@ def _read_blocks(f, dtype_name, shape, blocks, i, path) -> np.ndarray:
 
 def _read_array(f, entry, i, path) -> np.ndarray:
     dtype, shape, nbytes = DTYPES[entry["dtype"]], tuple(entry["shape"]), entry["nbytes"]
-    out = aligned_empty(nbytes)
     f.seek(entry["offset"])
     if entry["codec"] == codecs.RAW:
+        out = aligned_empty(nbytes)
         view = memoryview(out)
         filled = 0
         while filled < nbytes:
@@ -186,6 +224,11 @@ def _read_array(f, entry, i, path) -> np.ndarray:
         frame = _read_exact(f, entry["stored"], path, f"array {i}")
         if checksum(frame) != entry["checksum"]:
             raise _corrupt(path, f"array {i} ({entry['dtype']}{list(shape)}): payload checksum mismatch")
+        declared = codecs.content_size(frame)
+        if declared is not None and declared != nbytes:
+            raise _corrupt(path, f"array {i} ({entry['dtype']}{list(shape)}): the zstd frame declares "
+                                 f"{declared} bytes, the index {nbytes}")
+        out = aligned_empty(nbytes)
         view, filled = memoryview(out), 0
         try:
             reader = codecs.stream_reader(frame)
@@ -202,16 +245,28 @@ def _read_array(f, entry, i, path) -> np.ndarray:
     return out.view(dtype).reshape(shape)
 
 
+def _check_load_size(entries, path, what="the arrays of this file decode"):
+    """The declared decoded bytes against ``max_load_bytes``."""
+    total = sum(math.prod(e["shape"]) * DTYPES[e["dtype"]].itemsize for e in entries)
+    limit = limits.current().max_load_bytes
+    if total > limit:
+        raise limits.LoadLimitError(
+            f"{path}: {what} to {total} bytes, more than the limit of {limit} bytes "
+            "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+
+
 def read_file(path) -> tuple[dict, object]:
     """Reads and verifies a whole file. Returns ``(header, tree)`` where the
     tree holds numpy arrays (64-byte aligned, owned by the caller)."""
     path = Path(path)
-    with open(path, "rb", buffering=0) as f:
+    with read_errors(path), open(path, "rb", buffering=0) as f:
         header, payload_end = _open_header(f, path)
-        arrays = []
-        for i, entry in enumerate(header["arrays"]):
-            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
-            arrays.append(_read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path))
+        # the whole index is checked, and the load's size, before any array is allocated
+        checked = [_check_entry(entry, i, payload_end, path, header["format_version"])
+                   for i, entry in enumerate(header["arrays"])]
+        _check_load_size(header["arrays"], path)
+        arrays = [_read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
+                  for i, (entry, blocks) in enumerate(zip(header["arrays"], checked))]
     try:
         tree = tree_codec.decode(header["tree"], arrays, set())
     except (ValueError, RecursionError) as exc:
@@ -227,15 +282,19 @@ class LazyFile:
 
     def __init__(self, path):
         self.path = Path(path)
-        self._file = open(self.path, "rb", buffering=0)
+        with read_errors(self.path):
+            self._file = open(self.path, "rb", buffering=0)
         self._lock = threading.Lock()
+        self._decoded = 0  # bytes of arrays read so far, against max_load_bytes
         try:
-            self.header, payload_end = _open_header(self._file, self.path)
+            with read_errors(self.path):
+                self.header, payload_end = _open_header(self._file, self.path)
             version = self.header["format_version"]
-            self.arrays = [
-                LazyArray(self, i, entry["dtype"], tuple(entry["shape"]),
-                          _check_entry(entry, i, payload_end, self.path, version))
-                for i, entry in enumerate(self.header["arrays"])]
+            # every entry is validated before any of its fields is used
+            checked = [_check_entry(entry, i, payload_end, self.path, version)
+                       for i, entry in enumerate(self.header["arrays"])]
+            self.arrays = [LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
+                           for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))]
             try:
                 self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
             except (ValueError, RecursionError) as exc:
@@ -257,7 +316,16 @@ class LazyFile:
         if self._file.closed:
             raise ValueError(f"{self.path}: the file was closed; array {i} was not read")
         with self._lock:
-            return _read_array(self._file, entry, i, self.path)
+            limit = limits.current().max_load_bytes
+            if self._decoded + entry["nbytes"] > limit:
+                raise limits.LoadLimitError(
+                    f"{self.path}: array {i} would bring this load to {self._decoded + entry['nbytes']} "
+                    f"decoded bytes, more than the limit of {limit} bytes "
+                    "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+            with read_errors(self.path):
+                out = _read_array(self._file, entry, i, self.path)
+            self._decoded += entry["nbytes"]
+            return out
 
 
 def _overlap(a_start, a_shape, b_start, b_shape):
@@ -364,16 +432,17 @@ def verify_steps(path):
     """Checks every checksum and the structure of a file, as
     :func:`read_file` does, as a generator yielding after every
     ``codecs.CHUNK`` bytes read (any thread may advance it; see
-    nkserde.background). Raw arrays are checksummed as they stream through
+    nkserde.checkpoint.background). Raw arrays are checksummed as they stream through
     one buffer; nothing is kept. Returns the header."""
     path = Path(path)
     buffer = memoryview(bytearray(codecs.CHUNK))
-    with open(path, "rb", buffering=0) as f:
+    with read_errors(path), open(path, "rb", buffering=0) as f:
         header, payload_end = _open_header(f, path)
         for i, entry in enumerate(header["arrays"]):
             blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
             for _start, _shape, block in blocks:
                 if block["codec"] != codecs.RAW:
+                    _check_load_size([block], path, f"array {i}: a zstd frame decodes")
                     _read_array(f, block, i, path)  # small frames: whole
                     yield
                     continue
@@ -396,3 +465,40 @@ def verify_steps(path):
     except (ValueError, RecursionError) as exc:
         raise _corrupt(path, f"header tree is malformed: {exc}") from None
     return header
+
+
+def read_index(path) -> tuple[dict, list]:
+    """The validated header and array table, without reading any array:
+    ``(header, arrays)`` where ``arrays[i]`` is ``{"dtype", "shape",
+    "nbytes", "stored", "codecs", "blocks"}`` (``stored``: bytes on disk,
+    summed over blocks; ``codecs``: the distinct codecs of its blocks;
+    ``blocks``: how many blocks, 1 unless several processes wrote it).
+    Costs the trailer and the header: a multi-GB file is read instantly."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        header, payload_end = _open_header(f, path)
+    table = []
+    for i, entry in enumerate(header["arrays"]):
+        blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+        table.append({
+            "dtype": entry["dtype"], "shape": list(entry["shape"]),
+            "nbytes": math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize,
+            "stored": sum(b["stored"] for _, _, b in blocks),
+            "codecs": sorted({b["codec"] for _, _, b in blocks}), "blocks": len(blocks)})
+    return header, table
+
+
+def read_arrays(path, indices=None):
+    """Yields ``(i, array)`` for the arrays ``indices`` (all by default) of
+    a file, one at a time, each verified against its checksum: memory holds
+    one array, not the file."""
+    path = Path(path)
+    with open(path, "rb", buffering=0) as f:
+        header, payload_end = _open_header(f, path)
+        entries = header["arrays"]
+        for i in (range(len(entries)) if indices is None else indices):
+            if not 0 <= i < len(entries):
+                raise _corrupt(path, f"array reference {i} out of range")
+            entry = entries[i]
+            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+            yield i, _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UnregisteredTypeError, format_path
 from ..parts import GlobalArray, PerProcess, Primary, ProcessValues
 
 ARRAY = "@array"
@@ -26,6 +27,9 @@ PRIMARY = "@primary"  # only while several processes compare their trees
 BIGINT = "@int"
 COMPLEX = "@complex"
 _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
+# nesting of a tree read from a file: NetKet states are ~15 deep; loading
+# and migrating recurse a few Python frames per level
+MAX_DEPTH = 128
 
 
 def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_processes: int = 1,
@@ -53,6 +57,8 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
         return node
 
     if isinstance(tree, dict):
+        for k in tree:
+            _check_text(k, _path, "dict key")
         return {k: enc(v, k) for k, v in tree.items()}
     if isinstance(tree, (list, tuple)):
         return [enc(v, i) for i, v in enumerate(tree)]
@@ -76,13 +82,28 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
         if paths is not None:
             paths.append(_path)
         return {STACKED if _stacked else ARRAY: len(arrays) - 1}
-    if isinstance(tree, bool) or tree is None or isinstance(tree, (str, bytes, float)):
+    if isinstance(tree, str):
+        _check_text(tree, _path, "string")
+        return tree
+    if isinstance(tree, bool) or tree is None or isinstance(tree, (bytes, float)):
         return tree
     if isinstance(tree, int):
         return tree if _INT_MIN <= tree <= _UINT_MAX else {BIGINT: str(tree)}
     if isinstance(tree, complex):
         return {COMPLEX: [tree.real, tree.imag]}
-    raise TypeError(f"cannot store a value of type {type(tree).__name__} in the header")
+    raise UnregisteredTypeError(f"{format_path(_path)}: cannot store a value of type {type(tree).__name__}")
+
+
+def _check_text(value, path, what: str) -> None:
+    """The header holds UTF-8 text: a key must be a str, and no text may hold
+    a lone surrogate."""
+    if not isinstance(value, str):
+        raise UnregisteredTypeError(f"{format_path(path)}: {what} {value!r} is not a str")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate)") from None
 
 
 def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> dict:
@@ -94,13 +115,13 @@ def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> di
         rows: list = []
         encoded.append((encode(value, rows, _path=path), rows))
     if any(len(rows) != len(encoded[0][1]) for _, rows in encoded):
-        raise TypeError(f"{path}: per-process values of different structures")
+        raise UnregisteredTypeError(f"{format_path(path)}: per-process values of different structures")
     first = len(arrays)
     for j in range(len(encoded[0][1])):
         column = [rows[j] for _, rows in encoded]
         if any(isinstance(a, GlobalArray) or a.shape != column[0].shape or a.dtype != column[0].dtype
                for a in column):
-            raise TypeError(f"{path}: per-process arrays of different shapes or dtypes")
+            raise UnregisteredTypeError(f"{format_path(path)}: per-process arrays of different shapes or dtypes")
         arrays.append(np.stack(column))
         if paths is not None:
             paths.append(path)
@@ -125,16 +146,32 @@ def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> 
         node[PRIMARY] = encode(value, arrays, paths, _path=where)
 
 
+def _same_structure(a, b) -> bool:
+    """The same containers, keys, types and array shapes (the processes'
+    values of one per-process field, as they are written)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_structure(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(map(_same_structure, a, b))
+    if isinstance(a, np.ndarray):
+        return isinstance(b, np.ndarray) and a.shape == b.shape and a.dtype == b.dtype
+    return not isinstance(b, (dict, list, np.ndarray))  # scalars may differ in type (None, int)
+
+
 def _array_ref(value, arrays) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < len(arrays):
         raise ValueError(f"array reference {value!r} out of range")
     return value
 
 
-def decode(tree, arrays: list, used: set, _row: tuple | None = None):
-    """Inverse of :func:`encode`. Raises ValueError on a malformed marker or
-    an array referenced twice or out of range. ``_row``: (process, count)
-    inside a per-process value."""
+def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int = 0):
+    """Inverse of :func:`encode`. Raises ValueError on a malformed marker, an
+    array referenced twice or out of range, or a tree nested deeper than
+    ``MAX_DEPTH`` (whatever walks the tree later recurses too). ``_row``:
+    (process, count) inside a per-process value."""
+    if _depth > MAX_DEPTH:
+        raise ValueError(f"the tree is nested deeper than {MAX_DEPTH} levels")
+    _depth += 1
     if isinstance(tree, dict):
         if len(tree) == 1:
             (key, value), = tree.items()
@@ -159,7 +196,10 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None):
             if key == PER_PROCESS:
                 if _row is not None or not isinstance(value, list) or not value:
                     raise ValueError("malformed per-process value")
-                return ProcessValues([decode(t, arrays, used, (r, len(value))) for r, t in enumerate(value)])
+                values = [decode(t, arrays, used, (r, len(value)), _depth) for r, t in enumerate(value)]
+                if any(not _same_structure(v, values[0]) for v in values[1:]):
+                    raise ValueError("per-process values of different structures")
+                return ProcessValues(values)
             if key == BIGINT:
                 if not isinstance(value, str) or not value.lstrip("-").isdigit() or len(value) > 4300:
                     raise ValueError(f"malformed integer {value!r}")
@@ -169,9 +209,52 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None):
                         or not all(isinstance(v, float) for v in value)):
                     raise ValueError(f"malformed complex {value!r}")
                 return complex(value[0], value[1])
-        return {k: decode(v, arrays, used, _row) for k, v in tree.items()}
+        return {k: decode(v, arrays, used, _row, _depth) for k, v in tree.items()}
     if isinstance(tree, list):
-        return [decode(v, arrays, used, _row) for v in tree]
+        return [decode(v, arrays, used, _row, _depth) for v in tree]
     if tree is None or isinstance(tree, (bool, int, float, str, bytes)):
         return tree
     raise ValueError(f"unexpected value of type {type(tree).__name__} in header")
+
+
+def outline(tree, _path=(), _per_process=False):
+    """The encoded (header) tree without its arrays, as a sequence of
+    ``(kind, path, payload, per_process)`` in tree order:
+
+    * ``("map", path, node)`` for every map that is not a marker (its
+      scalar entries can be read from ``node``);
+    * ``("array", path, i)``: array ``i`` of the array table (in a
+      per-process value: the stacked ``[P, ...]`` array, listed once);
+    * ``("value", path, v)``: anything else, decoded (an integer beyond 64
+      bits, a complex, a list of such values, ``{}``, ``None``...).
+
+    Per-process values are outlined by their first process's subtree (all
+    have the same structure), ``per_process`` True. Raises ValueError on a
+    malformed marker."""
+    if isinstance(tree, dict):
+        if len(tree) == 1:
+            (key, value), = tree.items()
+            if key in (ARRAY, STACKED):
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"malformed array reference {value!r}")
+                yield "array", _path, value, _per_process
+                return
+            if key == PER_PROCESS:
+                if not isinstance(value, list) or not value:
+                    raise ValueError("malformed per-process value")
+                yield from outline(value[0], _path, True)
+                return
+            if key in (BIGINT, COMPLEX):
+                yield "value", _path, decode(tree, [], set()), _per_process
+                return
+        if not tree:
+            yield "value", _path, {}, _per_process
+            return
+        yield "map", _path, tree, _per_process
+        for k, v in tree.items():
+            yield from outline(v, _path + (k,), _per_process)
+    elif isinstance(tree, list) and any(isinstance(v, (dict, list)) for v in tree):
+        for i, v in enumerate(tree):
+            yield from outline(v, _path + (i,), _per_process)
+    else:
+        yield "value", _path, decode(tree, [], set()), _per_process

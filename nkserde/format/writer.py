@@ -36,10 +36,12 @@ from typing import Protocol
 import msgpack
 import numpy as np
 
-from ..errors import DistributedSaveError, NkserdeError, ProcessMismatchError, format_path
+from ..errors import (
+    DistributedSaveError, NkserdeError, ProcessMismatchError, UnregisteredTypeError, format_path,
+)
 from ..parts import GlobalArray
 from . import codecs, tree_codec
-from .atomic import atomic_write, fsync_directory, remove_stale_temps, temp_name
+from .atomic import atomic_write, fsync_directory, remove_stale_temps, remove_temp, temp_name, write_error
 from .checksum import checksum, streaming_checksum
 from .layout import (
     END_MAGIC, FORMAT_VERSION, MAGIC, PAYLOAD_START, PREAMBLE, TRAILER,
@@ -65,7 +67,7 @@ def _bytes_of(array: np.ndarray) -> memoryview:
 def _dtype(array, path=()) -> str:
     name = dtype_name(array.dtype)
     if name is None:
-        raise TypeError(f"{format_path(path)}: cannot store arrays of dtype {array.dtype}")
+        raise UnregisteredTypeError(f"{format_path(path)}: cannot store arrays of dtype {array.dtype}")
     return name
 
 
@@ -173,15 +175,16 @@ def write_file_steps(path, tree, meta: dict):
     removed)."""
     path = Path(path)
     arrays: list[np.ndarray] = []
-    encoded = tree_codec.encode(tree, arrays)
+    paths: list = []
+    encoded = tree_codec.encode(tree, arrays, paths)
     index = []
     with atomic_write(path) as f:
         f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
         position = PREAMBLE.size
-        for array in arrays:
+        for array, where in zip(arrays, paths):
             if isinstance(array, GlobalArray):
                 raise TypeError("an array spread over processes needs write_file_together")
-            name = _dtype(array)
+            name = _dtype(array, where)
             entry, position = yield from _stream_array_steps(f, array, position)
             index.append({"dtype": name, "shape": list(array.shape),
                           "nbytes": array.nbytes, **entry})
@@ -205,14 +208,17 @@ class Communicator(Protocol):
     def allgather(self, data: bytes) -> list[bytes]: ...
 
 
-def _agree(comm: Communicator, step: str, action):
+def _agree(comm: Communicator, step: str, action, path=None):
     """Runs ``action()`` here and exchanges statuses: raises on every process
-    if it failed on any. Returns the action's result."""
+    if it failed on any. Returns the action's result. An OSError (disk full,
+    I/O error) becomes a FileWriteError naming ``path``."""
     result, error = None, None
     try:
         result = action()
         status = b""
     except Exception as exc:  # reported to the others, then re-raised
+        if isinstance(exc, OSError) and not isinstance(exc, NkserdeError) and path is not None:
+            exc = write_error(path, f"{step} on process {comm.rank}", exc)
         error = exc
         status = f"{type(exc).__name__}: {exc}".encode()[:4000] or b"error"
     statuses = comm.allgather(status)
@@ -221,7 +227,8 @@ def _agree(comm: Communicator, step: str, action):
     failed = [(r, s.decode(errors="replace")) for r, s in enumerate(statuses) if s]
     if failed:
         rank, message = failed[0]
-        raise DistributedSaveError(f"save failed on process {rank} while {step}: {message}")
+        where = f"{path}: " if path is not None else ""
+        raise DistributedSaveError(f"{where}save failed on process {rank} while {step}: {message}")
     return result
 
 
@@ -401,7 +408,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
             state["file"].write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
 
     try:
-        _agree(comm, "creating the temporary file", create)
+        _agree(comm, "creating the temporary file", create, path)
 
         def write_blocks():
             if rank == 0:
@@ -424,7 +431,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
             finally:
                 os.close(fd)
 
-        _agree(comm, "writing blocks", write_blocks)
+        _agree(comm, "writing blocks", write_blocks, path)
 
         def publish():
             if rank == 0:
@@ -438,16 +445,19 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                 os.fsync(f.fileno())
                 f.close()
                 os.replace(temp, path)
-                fsync_directory(path.parent)
+                try:
+                    fsync_directory(path.parent)
+                except OSError as exc:
+                    raise write_error(path, "syncing the directory (fsync)", exc, untouched=False) from exc
 
-        _agree(comm, "publishing the file", publish)
+        _agree(comm, "publishing the file", publish, path)
     finally:
         if rank == 0:
             f = state.pop("file", None)
             if f is not None:
-                f.close()
-            with contextlib.suppress(FileNotFoundError):
-                temp.unlink()
+                with contextlib.suppress(OSError):  # its unwritten buffer: the error is known
+                    f.close()
+            remove_temp(temp)  # gone already after a rename
     return path
 
 

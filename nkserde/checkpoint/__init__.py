@@ -1,0 +1,28 @@
+"""Checkpoint and resume a NetKet run: the :class:`Checkpoint` callback and
+:func:`checkpointed`. The parts, each usable and tested alone:
+
+    callback.py       Checkpoint: NetKet's hooks, what a checkpoint holds, the restore
+    wrapper.py        checkpointed(driver, dir): run-<i> per run() call
+    stops.py          final stop or interruption (NetKet's StopRun)
+    choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
+    run_directory.py  one run's files: checkpoints, fingerprint.json, moving aside, retiring
+    lock.py           the directory lock (host and pid; stale locks taken over)
+    retention.py      which steps stay (keep, keep_every): a pure policy
+    writer.py         one write in flight, errors raised later, finished at exit
+    background.py     a write advanced by a low-priority thread or the caller
+    signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
+    snapshot.py       the host copy a background write reads
+
+Only callback.py, wrapper.py and stops.py know NetKet.
+"""
+
+from .. import fingerprint as _fingerprint
+from .callback import RESUME_MODES, Checkpoint
+from .stops import FINAL_STOPS
+from .wrapper import checkpointed, reset_run_numbering
+
+fingerprint = _fingerprint.fingerprint
+fingerprint_changes = _fingerprint.changes
+
+__all__ = ["FINAL_STOPS", "RESUME_MODES", "Checkpoint", "checkpointed", "fingerprint", "fingerprint_changes",
+           "reset_run_numbering"]

@@ -1,0 +1,556 @@
+"""The Checkpoint callback: save as a run goes, resume when the same script
+runs again.
+
+    ckpt = nkserde.Checkpoint("ckpt", every=50)
+    driver.run(1000, out=log, callback=ckpt)
+
+First run: a checkpoint every ``every`` steps, at the end of the run, and
+when the run stops early (StopRun, an exception, Ctrl-C, SIGTERM/SIGUSR1).
+Same script again: ``on_run_start`` loads the newest checkpoint that
+verifies, restores the driver *in place* (the user's variational state
+object included), the history of every logger and the state of every
+stateful callback of the run, and sets ``step_count`` (and, through the
+integrator, ``t``). NetKet fixes the end of a run before ``on_run_start``,
+so the same ``run(...)`` call then does only the remaining steps.
+
+A run that stops early is either *interrupted* (a signal, an error,
+``nk.callbacks.Timeout``, any callback that is not a convergence criterion):
+the same script resumes it and finishes the remaining steps; or it stopped
+*for good* (a convergence criterion: ``EarlyStopping``,
+``ConvergenceStopping``, the types in ``final_stops``; TDVP reaching its
+final time): the same script does nothing, and a larger ``n_iter`` (or
+``T``) continues it from where it stopped.
+
+The callback keeps the hook state machine and what a checkpoint holds
+and restores; files, lock, retention, writing and signals are the
+package's other modules. It uses nkserde like a user does:
+``save_state_dict_steps``, ``load_state_dict``, ``from_state_dict``,
+``check_storable``; NetKet's run loop through nkserde.netket.run_loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import jax
+import netket as nk
+from netket.utils import struct
+
+from .. import api, fingerprint as run_fingerprint, registry
+from .._log import say
+from ..distributed import any_process, coordination_name, multi_process, on_process_0
+from ..errors import NkserdeError, UnsupportedNetKetError
+from ..netket import loggers as netket_loggers, run_loop
+from ..netket.callbacks import stateful
+from ..parts import primary
+from .choice import choose_checkpoint
+from .retention import Retention
+from .run_directory import RunDirectory
+from .signals import SignalCatcher
+from .snapshot import host_copy
+from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop
+from .writer import CheckpointWriter
+
+RESUME_MODES = ("auto", "force", "never", "must")
+WRITE_ERROR_MODES = ("warn", "raise")
+
+
+def _stateful(callback) -> bool:
+    """Callbacks whose state nkserde stores (see nkserde.netket.callbacks)."""
+    return stateful(callback) and not isinstance(callback, Checkpoint)
+
+
+def _keyed(objects) -> dict:
+    """Stable names for the run's loggers and callbacks, so a checkpoint
+    matches them even if the script adds or removes one: the JsonLog's
+    output prefix, else the type and its rank among objects of that type."""
+    keyed, seen = {}, {}
+    for obj in objects:
+        name = type(obj).__name__
+        prefix = getattr(obj, "_prefix", None)
+        if isinstance(prefix, str):
+            key = f"{name}:{prefix}"
+        else:
+            seen[name] = seen.get(name, -1) + 1
+            key = f"{name}#{seen[name]}"
+        keyed[key] = obj
+    return keyed
+
+
+def _run_objects(extra_loggers) -> tuple[tuple, tuple]:
+    """(loggers, stateful callbacks) of the run being started: those NetKet
+    runs (``out=`` and ``callback=`` of ``run``) and ``extra_loggers``.
+    Loggers nkserde cannot store are named in a warning and left out."""
+    callbacks = run_loop.running_callbacks()
+    loggers = [c.logger for c in callbacks if hasattr(c, "logger")]
+    loggers += [c for c in callbacks if run_loop.is_logger(c)]
+    loggers = list({id(x): x for x in [*loggers, *extra_loggers]}.values())
+    for logger in loggers:
+        if registry.lookup(type(logger)) is None:
+            warnings.warn(f"nkserde: {type(logger).__name__} is not checkpointed: after a "
+                          "resume its output may hold the steps after the checkpoint twice",
+                          stacklevel=4)
+    stored_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
+    # logger wrappers are handled through their loggers, in place
+    stored_callbacks = tuple(c for c in callbacks if _stateful(c)
+                             and not hasattr(c, "logger") and not run_loop.is_logger(c))
+    return stored_loggers, stored_callbacks
+
+
+class Checkpoint(nk.callbacks.AbstractCallback):
+    """Saves a driver as it runs and resumes it when the same script runs again.
+
+    Args:
+      directory: where the checkpoints go (created if needed).
+      every: save every ``every`` completed steps (and always at the end).
+      keep: how many of the newest checkpoints to keep.
+      keep_every: also keep every checkpoint whose step is a multiple of it.
+      resume: ``"auto"`` (resume if there is a checkpoint of the same run,
+        refuse if the script changed), ``"force"`` (resume even if the
+        fingerprint changed, where shapes allow), ``"never"`` (start fresh;
+        old checkpoints are moved to ``previous-<time>/``, never deleted),
+        ``"must"`` (fail if there is nothing to resume).
+      loggers: loggers whose history to checkpoint besides those of the run
+        (loggers passed as ``out=`` are found automatically).
+      async_save: take a host snapshot of the state and write it from a
+        background thread at the lowest CPU priority; at most one write is
+        in flight, and the checkpoint of step k is on disk before step k+1
+        ends: if the thread has not finished by then (a busy node), the
+        run's thread writes the rest itself.
+      signals: on these signals, finish the current step, checkpoint and
+        stop the run cleanly (SLURM sends SIGTERM, or SIGUSR1 with
+        ``--signal``).
+      final_stops: callback types whose StopRun ends the run for good
+        (convergence criteria); a StopRun of any other callback (e.g.
+        ``nk.callbacks.Timeout``) is an interruption that the next run of
+        the script resumes.
+      on_write_error: ``"warn"`` (a checkpoint that cannot be written, e.g.
+        the disk is full or the directory vanished, costs that checkpoint:
+        one warning naming it and the newest checkpoint on disk, and the run
+        goes on) or ``"raise"`` (the run stops with the NkserdeError). Either
+        way the checkpoints already written stay: retention only runs after
+        a checkpoint is written and verified.
+      init_from: a file or checkpoint directory of *another* run whose
+        variational state this run starts from while ``directory`` has no
+        checkpoint of its own (transfer learning: a sweep in a coupling
+        warm-started from the previous point, a quench from a ground
+        state). The run keeps its own fingerprint, optimizer state and step
+        count; once it has a checkpoint, a restart resumes that instead.
+      at, strict, rename: how the state is taken from ``init_from``, as in
+        :func:`nkserde.load`: ``at`` is where it is in that file (default:
+        ``"state"`` for a driver or Checkpoint file, the whole file for a
+        variational state's); ``strict=False`` lets an MCState start from a
+        FullSumState and back, and keeps the template's values for what
+        does not fit (one warning names them).
+
+    After ``on_run_start``, ``resumed_from`` is the step the run resumed
+    from, or None for a fresh start. After the run, ``interrupted`` names
+    what interrupted it (a signal, e.g. ``"SIGTERM"``, or the type of the
+    callback that stopped it, e.g. ``"Timeout"``), or is None when the run
+    reached its end or a final stop.
+    """
+
+    directory: Path = struct.field(pytree_node=False, serialize=False)
+    every: int = struct.field(pytree_node=False, serialize=False)
+    keep: int = struct.field(pytree_node=False, serialize=False)
+    keep_every: int | None = struct.field(pytree_node=False, serialize=False)
+    resume: str = struct.field(pytree_node=False, serialize=False)
+    loggers: tuple = struct.field(pytree_node=False, serialize=False)
+    async_save: bool = struct.field(pytree_node=False, serialize=False)
+    signals: tuple = struct.field(pytree_node=False, serialize=False)
+    final_stops: tuple = struct.field(pytree_node=False, serialize=False)
+    on_write_error: str = struct.field(pytree_node=False, serialize=False)
+    init_from: Path | None = struct.field(pytree_node=False, serialize=False)
+    at: str | None = struct.field(pytree_node=False, serialize=False)
+    strict: bool = struct.field(pytree_node=False, serialize=False)
+    rename: Any = struct.field(pytree_node=False, serialize=False)
+    resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
+    interrupted: str | None = struct.field(pytree_node=False, serialize=False)
+    # the parts it delegates to
+    _files: RunDirectory = struct.field(pytree_node=False, serialize=False)
+    _retention: Retention = struct.field(pytree_node=False, serialize=False)
+    _writer: CheckpointWriter = struct.field(pytree_node=False, serialize=False)
+    _signals: SignalCatcher = struct.field(pytree_node=False, serialize=False)
+    # the run being checkpointed
+    _run: Any = struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
+                 resume: str = "auto", loggers=(), async_save: bool = True,
+                 signals=(signal.SIGTERM, signal.SIGUSR1), final_stops=FINAL_STOPS,
+                 on_write_error: str = "warn", init_from=None, at: str | None = None, strict: bool = True,
+                 rename=None):
+        if resume not in RESUME_MODES:
+            raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
+        if on_write_error not in WRITE_ERROR_MODES:
+            raise ValueError(f"on_write_error must be one of {WRITE_ERROR_MODES}, got {on_write_error!r}")
+        if every < 1 or keep < 1:
+            raise ValueError("every and keep must be >= 1")
+        self.directory = Path(directory)
+        self.every, self.keep, self.keep_every = int(every), int(keep), keep_every
+        self.resume = resume
+        self.loggers = tuple(loggers)
+        self.async_save = bool(async_save)
+        self.signals = tuple(signals)
+        self.final_stops = tuple(final_stops)
+        self.on_write_error = on_write_error
+        self.init_from = None if init_from is None else Path(init_from)
+        self.at, self.strict, self.rename = at, bool(strict), rename
+        self.resumed_from = None
+        self.interrupted = None
+        self._files = RunDirectory(self.directory)
+        self._retention = Retention(self.keep, keep_every)
+        self._writer = CheckpointWriter(self.directory)
+        self._signals = SignalCatcher(self.signals, defer_sigint=not multi_process(),
+                                      busy=lambda: self._run is not None and self._run.dirty_step is not None)
+        self._run = None
+
+    @property
+    def callback_order(self) -> int:
+        # First: resume before the loggers open (and, in write mode,
+        # truncate) their files in their own on_run_start. A step is saved at
+        # the start of the next one, when every callback has finished it.
+        return -1000
+
+    @property
+    def write_lags(self) -> list[tuple[int, float]]:
+        """Per background write: (steps the run's thread wrote itself,
+        seconds from snapshot to file)."""
+        return self._writer.lags
+
+    # ------------------------------------------------------------------ files
+
+    def steps(self) -> list[int]:
+        """Steps that have a checkpoint file, oldest first."""
+        return self._files.steps()
+
+    def path(self, step: int) -> Path:
+        return self._files.step_path(step)
+
+    def latest(self) -> Path | None:
+        """Path of the newest checkpoint that verifies, or None."""
+        return self._files.latest()
+
+    # ------------------------------------------------------------------ hooks
+
+    def __call__(self, step, log_data, driver):
+        # NetKet's older run loop (every driver of NetKet 3.21, the dynamics
+        # drivers of 3.22) calls callbacks as functions after each step: too
+        # late to resume, and without the hooks a checkpoint needs
+        raise UnsupportedNetKetError(
+            f"nkserde.Checkpoint: {type(driver).__name__}.run of NetKet {nk.__version__} calls "
+            f"callbacks as functions, without NetKet's callback hooks (NetKet >= 3.23); save "
+            f"and load the driver with nkserde.save / nkserde.load instead")
+
+    def on_run_start(self, step, driver):
+        end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
+        self._files.create()
+        try:
+            loggers, callbacks = _run_objects(self.loggers)
+            run = _Run(loggers, callbacks, end_step)
+            self.resumed_from, self.interrupted = None, None
+            run.nothing_to_do = self._start(driver, run)
+            self._check_storable(driver, run)
+            # nothing of this run to save until it completes a step
+            run.completed = run.last_saved = driver.step_count
+            self._signals.install()
+            self._run = run
+        except BaseException:
+            self._files.lock.release()
+            raise
+
+    def before_parameter_update(self, step, log_data, driver):
+        if self._run is not None:
+            self._run.dirty_step = driver.step_count
+
+    def on_step_end(self, step, log_data, driver):
+        # The checkpoint taken at this step's start must be on disk before
+        # the step ends: a background write that lags (a busy node starves
+        # its low-priority thread) is finished here, at the run's priority.
+        self.wait()
+
+    def on_step_start(self, step, log_data, driver):
+        run = self._run
+        if run is None:
+            return
+        # Every callback has finished the previous step and NetKet has
+        # counted it: the driver is exactly `step_count` steps in.
+        run.dirty_step = None
+        run.completed = driver.step_count
+        if run.end_step is not None and driver.step_count >= run.end_step:
+            # NetKet 3.22's loop, resumed, would run on past the end (see
+            # run_loop.fix_target_step)
+            raise ReachedTarget(f"step {driver.step_count}, the end of this run() call")
+        if run.nothing_to_do:  # raised here, once every callback has started
+            raise NothingToDo(f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
+        if self._signals.interrupt_pending:  # Ctrl-C during the end of the step just completed
+            self._signals.interrupt_pending = False
+            if run.last_saved != run.completed:
+                self._save(driver, asynchronous=False)
+            raise KeyboardInterrupt
+        # stop together: a signal may reach the processes at different steps
+        self._signals.received = any_process(coordination_name("checkpoint:signals", self.directory),
+                                             self._signals.received)
+        if self._signals.received is not None:
+            self.interrupted = signal.Signals(self._signals.received).name
+            if run.last_saved != run.completed:
+                self._save(driver, asynchronous=False)
+            raise nk.callbacks.StopRun(
+                f"received {self.interrupted}: checkpointed step {run.completed} in {self.directory}")
+        if run.completed % self.every == 0 and run.last_saved != run.completed:
+            self._save(driver, asynchronous=self.async_save)
+
+    def on_run_end(self, step, driver):
+        run = self._run
+        if run is None:
+            return
+        try:
+            # A StopRun raised in on_step_end ends the run after that step's
+            # update and before NetKet counts it. (After a normal last step,
+            # or a StopRun at a step's start, NetKet has counted every step.)
+            stop = sys.exc_info()[1]  # NetKet calls on_run_end while handling it
+            after_update = run.dirty_step is not None and run.dirty_step == driver.step_count
+            final, raiser = classify_stop(stop, self.final_stops)
+            stopped = after_update and final
+            run.completed = driver.step_count
+            if after_update and not final:
+                # An interruption (Timeout, ...): the step is complete but for
+                # NetKet's count; count it (the driver the script holds says
+                # so too) and the next run continues with the step after it.
+                run.completed += 1
+                driver._step_count = run.completed
+            if not final:
+                self.interrupted = self.interrupted or raiser
+            if run.last_saved != run.completed or stopped:
+                # a final stop keeps NetKet's count, and the checkpoint says
+                # the run stopped there, so a rerun of the same script stops too
+                self._save(driver, asynchronous=False, stopped=stopped)
+            self.wait()
+            if self.interrupted:
+                say(f"{self.directory}: interrupted by {self.interrupted} after step {run.completed}; "
+                    "running the same script again resumes from there")
+        finally:
+            interrupt_pending = self._signals.interrupt_pending
+            self._finish()
+        if interrupt_pending:  # Ctrl-C during the last step: saved, now raise it
+            raise KeyboardInterrupt
+
+    def on_run_error(self, step, error, driver):
+        # A run that failed to start (e.g. a fingerprint mismatch raised in
+        # on_run_start) has nothing of its own to save.
+        run = self._run
+        if run is None:
+            return
+        try:
+            if multi_process():
+                # An error need not strike every process at the same step (or
+                # at all): a save needs all of them, so none is attempted.
+                warnings.warn(f"nkserde: the run failed; the newest checkpoint is step "
+                              f"{run.last_saved}", stacklevel=2)
+            elif run.dirty_step is not None:
+                # The error struck after this step began updating parameters
+                # and before every callback finished it: the driver is
+                # between two steps and cannot be saved as either.
+                warnings.warn(
+                    f"nkserde: the run failed while step {run.dirty_step} was being applied; "
+                    f"the newest checkpoint is step {run.last_saved}", stacklevel=2)
+            else:
+                run.completed = driver.step_count
+                if run.last_saved != run.completed:
+                    self._save(driver, asynchronous=False)
+            self.wait()
+        except Exception as exc:  # never mask the error that stopped the run
+            warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=2)
+        finally:
+            self._finish(raise_write_error=False)
+
+    # ----------------------------------------------------------------- resume
+
+    def _payload(self, driver, run: _Run, completed: int, stopped: bool = False) -> dict:
+        return {
+            "driver": driver,
+            "completed_steps": completed,
+            "stopped": stopped,
+            # the end the run was going to (a final stop is continued by a
+            # rerun that asks for more)
+            "target": run_loop.target(driver),
+            # process 0's record: loggers write there only, timers start
+            # at slightly different times on each process
+            "loggers": primary(_keyed(run.loggers)),
+            "callbacks": primary(_keyed(run.callbacks)),
+        }
+
+    def _start(self, driver, run: _Run) -> bool:
+        """Decides on process 0 what to resume (lock, fingerprint, newest
+        checkpoint that verifies) and tells every process; then every
+        process loads that checkpoint. Returns whether the run already
+        stopped for good (nothing to do)."""
+        current = run_fingerprint.fingerprint(driver)
+        chosen_here = []  # process 0 keeps the state it verified
+
+        def decide():
+            choice = choose_checkpoint(self._files, self.resume, current, every=self.every)
+            chosen_here.extend(choice or ())
+            return str(choice[0]) if choice else None
+
+        chosen = on_process_0(coordination_name("checkpoint:decisions", self.directory), decide,
+                              f"{self.directory}: process 0 could not start the run")
+        if chosen is None:
+            if self.init_from is not None:
+                self._start_from_another_run(driver)
+            return False
+        path = Path(chosen)
+        state = chosen_here[1] if chosen_here else api.load_state_dict(path)
+        try:
+            self._restore(driver, run, state)
+        except NkserdeError as exc:
+            raise type(exc)(f"{path}: {exc}") from None
+        self.resumed_from = driver.step_count
+        nothing_to_do = bool(state.get("stopped")) and not run_loop.asks_for_more(driver, state.get("target"))
+        if nothing_to_do:
+            say(f"{self.directory}: the run already stopped for good at step {driver.step_count} "
+                f"({path.name}): nothing to do; ask for more steps (n_iter, T) to continue it")
+        else:
+            say(f"{self.directory}: resumed {type(driver).__name__} from step {driver.step_count} "
+                f"({path.name})")
+        return nothing_to_do
+
+    def _start_from_another_run(self, driver):
+        """The variational state of ``init_from`` into the driver's, in place
+        (every process reads it)."""
+        source = self.init_from
+        if not source.exists():
+            raise NkserdeError(f"{self.directory}: init_from={source}: no such file or directory")
+        at = self.at if self.at is not None else _state_path(source)
+        try:
+            new = api.load(driver.state, source, at=at, strict=self.strict, rename=self.rename)
+        except NkserdeError as exc:
+            raise type(exc)(f"{self.directory}: init_from={source}: {exc}") from None
+        _assign(driver.state, new)
+        say(f"{self.directory}: no checkpoint of this run; starting from the variational state of {source}"
+            + (f" (at {at!r})" if at else ""))
+
+    def _check_storable(self, driver, run: _Run):
+        """Fails now, not at the first checkpoint ``every`` steps in, if
+        something in the run cannot be stored."""
+        try:
+            api.check_storable(self._payload(driver, run, driver.step_count))
+        except NkserdeError as exc:
+            raise type(exc)(f"{self.directory}: this run cannot be checkpointed: {exc}") from None
+
+    def _restore(self, driver, run: _Run, state):
+        # Everything is rebuilt (and any mismatch raised) before anything
+        # live is touched.
+        new = api.from_state_dict(driver, state["driver"])
+        completed = api.from_state_dict(0, state["completed_steps"])
+        restored = []
+        for kind, live in (("loggers", run.loggers), ("callbacks", run.callbacks)):
+            stored = state[kind]
+            for key, obj in _keyed(live).items():
+                if key in stored:
+                    restored.append((obj, api.from_state_dict(obj, stored[key])))
+                else:
+                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty",
+                                  stacklevel=3)
+        # In place: the script's own variational state object gets the numbers.
+        _assign(driver.state, new.state)
+        _assign(driver, new, skip=("_variational_state",))
+        driver._step_count = completed
+        for live, new_obj in restored:
+            _assign(live, new_obj)
+            if jax.process_index() == 0:  # loggers write their files there only
+                netket_loggers.resume_files(live, new_obj)
+
+    # ------------------------------------------------------------------- save
+
+    def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
+        run = self._run
+        completed = run.completed
+        run.last_saved = completed  # a failed checkpoint is not retried at the same step
+        self._settle_write_error()
+        state = api.state_dict(self._payload(driver, run, completed, stopped))
+        if asynchronous:
+            state = host_copy(state)
+        path = self.path(completed)
+        try:
+            self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous,
+                                target=path)
+        except NkserdeError as exc:
+            self._write_failed(exc)
+
+    def _settle_write_error(self):
+        """The error of the last write, if it failed: raised or warned about
+        (``on_write_error``)."""
+        try:
+            self._writer.raise_error()
+        except NkserdeError as exc:
+            self._write_failed(exc)
+
+    def _write_failed(self, exc: NkserdeError):
+        if self.on_write_error == "raise":
+            raise exc
+        steps = self.steps()
+        newest = f"{self.path(steps[-1]).name} is the newest checkpoint" if steps else "there is no checkpoint yet"
+        warnings.warn(f"nkserde: {exc}; {newest}; the run goes on (on_write_error='warn')", stacklevel=4)
+
+    def _write_steps(self, state, path, completed):
+        """The steps of writing one checkpoint (see background.BackgroundWrite)."""
+        yield from api.save_state_dict_steps(state, path, root_type="checkpoint")  # every process together
+        if jax.process_index() == 0:  # directory upkeep is process 0's
+            yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
+            self._files.retire(self._retention, completed)
+
+    def wait(self):
+        """Blocks until the write in flight (if any) has finished; whatever
+        the background thread has not done yet, this thread does."""
+        self._writer.wait()
+
+    def _finish(self, raise_write_error=True):
+        self._run = None
+        self._signals.restore()
+        self._files.lock.release()
+        if raise_write_error:
+            self._settle_write_error()
+        elif self._writer.error is not None:
+            say(f"{self.directory}: writing a checkpoint failed: {self._writer.discard_error()}",
+                logging.WARNING)
+
+
+class _Run:
+    """What a Checkpoint tracks while one run() call goes on."""
+
+    def __init__(self, loggers: tuple, callbacks: tuple, end_step: int | None):
+        self.loggers = loggers  # stored and restored with the driver
+        self.callbacks = callbacks
+        # where to stop a loop that would run past its end (NetKet 3.22)
+        self.end_step = end_step
+        self.completed = 0  # steps the driver has completed
+        self.last_saved: int | None = None  # step of the newest checkpoint submitted
+        self.dirty_step: int | None = None  # the step whose update has begun, until it completes
+        self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
+
+
+def _state_path(source: Path) -> str | None:
+    """Where the variational state is in ``source``: ``"state"`` in a driver
+    or Checkpoint file (or directory), the whole file otherwise (a saved
+    variational state, a file NetKet wrote)."""
+    if source.is_dir():
+        return "state"
+    try:
+        root = api.info(source)["root_type"]
+    except (NkserdeError, OSError):
+        return None  # not an nkserde file (NetKet's own), or unreadable: load says which
+    reg = registry.lookup_name(root)
+    return "state" if root == "checkpoint" or (reg is not None and "state" in (reg.fields or ())) else None
+
+
+def _assign(live, restored, skip=()):
+    """Makes ``live`` hold what ``restored`` holds, attribute by attribute,
+    so references users keep to ``live`` see the restored numbers."""
+    for name, value in vars(restored).items():
+        if name not in skip:
+            object.__setattr__(live, name, value)

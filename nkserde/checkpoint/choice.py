@@ -1,0 +1,63 @@
+"""Which checkpoint a run resumes: process 0's decision at the start of a
+run. Knows files and fingerprints (no NetKet objects)."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+from .. import api, fingerprint as run_fingerprint
+from .._log import say
+from ..errors import NkserdeError
+from .run_directory import RunDirectory
+
+
+def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every: int) -> tuple[Path, dict] | None:
+    """Takes the directory's lock, applies the resume mode (``"never"``
+    moves old checkpoints aside), compares the stored fingerprint with
+    ``current`` (the run's), and returns (path, state dict) of the newest
+    checkpoint that reads and verifies, or None for a fresh start (the
+    fingerprint is then written). Damaged or unreadable checkpoints are
+    skipped with a warning.
+
+    Raises NkserdeError: the lock is held, the run changed (unless
+    ``resume="force"``), or ``resume="must"`` and nothing can be resumed."""
+    directory = files.path
+    files.lock.acquire()
+    if resume == "never" and files.has_history():
+        files.move_aside()
+    existing = files.steps()
+    if not existing:
+        if resume == "must":
+            raise NkserdeError(f"{directory}: resume='must' but there is no checkpoint to resume")
+        files.write_fingerprint(current)
+        say(f"{directory}: no checkpoint, starting fresh (a checkpoint every {every} steps)")
+        return None
+    saved = files.read_fingerprint()
+    if saved:
+        changes = run_fingerprint.changes(saved, current)
+        if changes and resume != "force":
+            raise NkserdeError(
+                f"{directory}: the run differs from the one that wrote these checkpoints "
+                "(use resume='force' to load anyway, or resume='never' to start fresh):\n  "
+                + "\n  ".join(changes))
+        if changes:
+            say(f"{directory}: resume='force': resuming despite {len(changes)} changes; "
+                "the new settings apply", logging.WARNING)
+        if not run_fingerprint.comparable(saved):
+            say(f"{directory}: fingerprint.json was written by an older nkserde; not compared")
+    for step in reversed(existing):
+        path = files.step_path(step)
+        try:
+            state = api.load_state_dict(path)  # read whole: verified
+        except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
+            warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
+            continue
+        if resume == "force" or not run_fingerprint.comparable(saved):
+            files.write_fingerprint(current)
+        return path, state
+    if resume == "must":
+        raise NkserdeError(f"{directory}: no checkpoint verifies; nothing to resume")
+    files.write_fingerprint(current)
+    return None

@@ -1,0 +1,63 @@
+"""``checkpointed(driver, directory)``: every ``run`` of the driver
+checkpointed, one ``run-<i>`` subdirectory per run() call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .callback import Checkpoint
+
+# run() calls made so far in this process per checkpointed(...) directory
+_RUN_CALLS: dict[str, int] = {}
+
+
+def reset_run_numbering() -> None:
+    """Numbers the next ``run()`` calls of checkpointed drivers from
+    ``run-0`` again, as in a new process: for tests and notebooks that
+    restart a script within one Python process."""
+    _RUN_CALLS.clear()
+
+
+def checkpointed(driver, directory, **options):
+    """The driver itself, with every later ``run`` checkpointed and resumed
+    in ``directory``; the loggers of each run (including the JsonLog NetKet
+    makes from ``out="prefix"``) are checkpointed and resumed too. Options
+    are those of :class:`Checkpoint`.
+
+        gs = nkserde.checkpointed(gs, "ckpt", every=50)
+        gs.run(n_iter=1000, out="test")
+
+    Each ``run()`` call on ``directory`` in the process gets its own
+    subdirectory ``run-<i>``, numbered in call order whichever driver makes
+    it: a script that runs a ground state and then a quench, both
+    checkpointed into one directory, resumes each from its own checkpoints.
+
+    The driver keeps its type (``isinstance(gs, nk.driver.VMC)``) and can be
+    saved with ``nkserde.save``; ``gs.last_checkpoint`` is the Checkpoint of
+    its latest ``run``.
+    """
+    base = type(driver)
+    if base.__dict__.get("_nkserde_wrapper", False):
+        raise ValueError(f"{driver!r:.80} is already checkpointed")
+    Checkpoint(Path(directory), **options)  # checks the options now
+    directory = Path(directory)
+
+    def run(self, *args, callback=None, **kwargs):
+        key = str(directory.resolve())
+        index = _RUN_CALLS.get(key, 0)
+        _RUN_CALLS[key] = index + 1
+        ckpt = Checkpoint(directory / f"run-{index}", **options)
+        type(self).last_checkpoint = ckpt
+        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) \
+            else [callback]
+        return base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
+
+    run.__doc__ = base.run.__doc__
+    # A subclass made for this driver alone: it stays a VMC (TDVP, ...) for
+    # isinstance, NetKet and nkserde, and only run() differs.
+    wrapper = type(base.__name__, (base,), {
+        "run": run, "last_checkpoint": None, "checkpoint_directory": directory,
+        "_nkserde_wrapper": True, "__module__": base.__module__, "__qualname__": base.__qualname__,
+        "__doc__": base.__doc__})
+    driver.__class__ = wrapper
+    return driver

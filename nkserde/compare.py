@@ -1,0 +1,160 @@
+"""Two files compared entry by entry: what ``nkserde diff`` reports.
+
+Both files are read whole and brought to today's names and schema versions
+(:func:`nkserde.file_migration.current_state_dict`), so a file of an older
+format or schema compares with a new one. A checkpoint written by
+``Checkpoint`` compared with a file of a driver alone compares its driver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from . import api, directory
+from .errors import format_path
+from .file_migration import current_state_dict
+from .parts import ProcessValues
+
+
+def _read(path: Path, kept: list):
+    if path.is_dir():
+        path = directory.newest_verified(path)
+    return path, current_state_dict(path, kept=kept)
+
+
+def flatten(state, path=(), out=None) -> dict:
+    """``{"a/b/c": leaf}`` of a state dict: numpy arrays and scalars; a
+    per-process value's processes as ``.../process-<r>/...``; an empty map
+    or list as itself."""
+    out = {} if out is None else out
+    if isinstance(state, ProcessValues):
+        for r, v in enumerate(state.values):
+            flatten(v, path + (f"process-{r}",), out)
+    elif isinstance(state, dict) and state:
+        for k, v in state.items():
+            flatten(v, path + (k,), out)
+    elif isinstance(state, list) and state:
+        for i, v in enumerate(state):
+            flatten(v, path + (i,), out)
+    else:
+        out[format_path(path)] = state
+    return out
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def _scalar_equal(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float) and a != a and b != b:
+        return True
+    return a == b
+
+
+def _numeric(a: np.ndarray) -> np.ndarray:
+    if a.dtype.kind == "c":
+        return a.astype(np.complex128)
+    return a.astype(np.float64)
+
+
+def compare_arrays(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> dict | None:
+    """None if equal within ``|a - b| <= atol + rtol * |b|`` elementwise
+    (NaN equals NaN; with both tolerances 0, integers compare exactly),
+    else ``{"differing", "size", "max_abs", "max_rel"}``: ``max_rel`` is
+    ``max |a - b| / max(|a|, |b|)`` over the differing elements."""
+    exact = atol == 0 and rtol == 0 and a.dtype.kind in "biu" and b.dtype.kind in "biu"
+    if exact:
+        differ = a != b
+    else:
+        x, y = _numeric(a), _numeric(b)
+        with np.errstate(invalid="ignore", over="ignore"):
+            differ = ~np.isclose(x, y, atol=atol, rtol=rtol, equal_nan=True)
+    n = int(np.count_nonzero(differ))
+    if n == 0:
+        return None
+    x, y = _numeric(a[differ]), _numeric(b[differ])
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        delta = np.abs(x - y)
+        scale = np.maximum(np.abs(x), np.abs(y))
+        rel = np.where(scale > 0, delta / np.where(scale > 0, scale, 1), 0.0)
+    return {"differing": n, "size": int(a.size), "max_abs": _finite_or_text(np.nanmax(delta) if delta.size else 0),
+            "max_rel": _finite_or_text(np.nanmax(rel) if rel.size else 0)}
+
+
+def _finite_or_text(x):
+    x = float(x)
+    return x if np.isfinite(x) else str(x)
+
+
+def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
+    """Compares two files (or checkpoint directories: their newest
+    checkpoint that verifies). Returns::
+
+        {"a": {"path", "info", "kept_versions"}, "b": {...}, "same": bool,
+         "only_in_a": [path], "only_in_b": [path],
+         "changed_layout": [{"path", "a": {"dtype", "shape"}, "b": {...}}],
+         "changed_values": [{"path", "dtype", "shape", "differing", "size", "max_abs", "max_rel"}],
+         "changed_scalars": [{"path", "a", "b"}]}
+
+    ``kept_versions`` lists objects left at their stored schema version
+    because their migration needs a template."""
+    sides = {}
+    for name, path in (("a", Path(path_a)), ("b", Path(path_b))):
+        kept: list = []
+        file, state = _read(path, kept)
+        sides[name] = (file, state, kept)
+    (fa, sa, ka), (fb, sb, kb) = sides["a"], sides["b"]
+    if api._is_checkpoint(sa) != api._is_checkpoint(sb):  # a checkpoint against a driver file
+        sa = sa["driver"] if api._is_checkpoint(sa) else sa
+        sb = sb["driver"] if api._is_checkpoint(sb) else sb
+    flat_a, flat_b = flatten(sa), flatten(sb)
+    result = {
+        "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept(k) for k in ka]},
+        "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept(k) for k in kb]},
+        "only_in_a": [p for p in flat_a if p not in flat_b],
+        "only_in_b": [p for p in flat_b if p not in flat_a],
+        "changed_layout": [], "changed_values": [], "changed_scalars": [],
+    }
+    for p, a in flat_a.items():
+        if p not in flat_b:
+            continue
+        b = flat_b[p]
+        if _is_array(a) and _is_array(b):
+            if a.dtype != b.dtype or a.shape != b.shape:
+                result["changed_layout"].append({"path": p, "a": {"dtype": a.dtype.name, "shape": list(a.shape)},
+                                                 "b": {"dtype": b.dtype.name, "shape": list(b.shape)}})
+            if a.shape == b.shape:
+                d = compare_arrays(a, b, atol, rtol)
+                if d is not None:
+                    result["changed_values"].append({"path": p, "dtype": a.dtype.name, "shape": list(a.shape),
+                                                     **d})
+        elif _is_array(a) or _is_array(b):
+            result["changed_layout"].append({"path": p, "a": _layout(a), "b": _layout(b)})
+        elif not _scalar_equal(a, b) and not _close_scalars(a, b, atol, rtol):
+            result["changed_scalars"].append({"path": p, "a": api._jsonable(a), "b": api._jsonable(b)})
+    result["same"] = not any(result[k] for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values",
+                                                 "changed_scalars"))
+    return result
+
+
+def _close_scalars(a, b, atol, rtol) -> bool:
+    numbers = (int, float, complex)
+    if (atol or rtol) and isinstance(a, numbers) and isinstance(b, numbers) \
+            and not isinstance(a, bool) and not isinstance(b, bool):
+        return bool(np.isclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
+    return False
+
+
+def _layout(x) -> dict:
+    if _is_array(x):
+        return {"dtype": x.dtype.name, "shape": list(x.shape)}
+    return {"dtype": type(x).__name__, "shape": None}
+
+
+def _kept(k) -> dict:
+    path, name, version = k
+    return {"path": format_path(path), "type": name, "schema_version": version}

@@ -1,0 +1,78 @@
+"""nkserde.checkpoint.choice: which checkpoint a run resumes (files and
+fingerprints only, no NetKet run)."""
+
+import numpy as np
+import pytest
+
+import nkserde
+from nkserde import fingerprint
+from nkserde.checkpoint.choice import choose_checkpoint
+from nkserde.checkpoint.run_directory import RunDirectory
+from nkserde.errors import NkserdeError
+
+RUN = {"fingerprint_version": str(fingerprint.VERSION), "driver": "VMC", "n_samples": "512"}
+
+
+def _files(tmp_path, steps=(), fp=RUN):
+    files = RunDirectory(tmp_path)
+    for step in steps:
+        nkserde.save({"step": np.int64(step)}, files.step_path(step))
+    if fp is not None:
+        files.write_fingerprint(fp)
+    return files
+
+
+def _choose(files, resume="auto", current=RUN):
+    try:
+        return choose_checkpoint(files, resume, current, every=5)
+    finally:
+        files.lock.release()
+
+
+def test_nothing_to_resume_writes_the_fingerprint(tmp_path):
+    files = _files(tmp_path, fp=None)
+    assert _choose(files) is None
+    assert files.read_fingerprint() == RUN
+
+
+def test_the_newest_that_verifies_is_chosen_with_its_state(tmp_path):
+    files = _files(tmp_path, steps=(5, 10))
+    newest = files.step_path(10)
+    newest.write_bytes(newest.read_bytes()[:-3])  # truncated: a crash while copying
+    with pytest.warns(UserWarning, match="skipping checkpoint .*step-0000000010"):
+        path, state = _choose(files)
+    assert path == files.step_path(5) and int(state["step"]) == 5
+
+
+def test_a_changed_run_is_refused_naming_the_change_unless_forced(tmp_path):
+    files = _files(tmp_path, steps=(5,))
+    changed = {**RUN, "n_samples": "1024"}
+    with pytest.raises(NkserdeError, match="n_samples"):
+        _choose(files, current=changed)
+    path, _ = _choose(files, resume="force", current=changed)
+    assert path == files.step_path(5)
+    assert files.read_fingerprint() == changed  # the forced run is the run now
+
+
+def test_never_moves_old_checkpoints_aside(tmp_path):
+    files = _files(tmp_path, steps=(5,))
+    assert _choose(files, resume="never") is None
+    assert files.steps() == []
+    (previous,) = tmp_path.glob("previous-*")
+    assert (previous / "step-0000000005.nks").exists()
+
+
+def test_must_fails_without_a_checkpoint_that_verifies(tmp_path):
+    files = _files(tmp_path, steps=(5,))
+    files.step_path(5).write_bytes(b"not a checkpoint")
+    with pytest.raises(NkserdeError, match="nothing to resume"), pytest.warns(UserWarning):
+        _choose(files, resume="must")
+
+
+def test_the_lock_is_taken(tmp_path):
+    files = _files(tmp_path, steps=(5,))
+    choose_checkpoint(files, "auto", RUN, every=5)
+    assert files.lock.held
+    with pytest.raises(NkserdeError, match="already running"):
+        choose_checkpoint(RunDirectory(tmp_path), "auto", RUN, every=5)
+    files.lock.release()

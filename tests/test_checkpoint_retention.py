@@ -1,0 +1,39 @@
+"""nkserde.checkpoint.retention: which checkpoint steps stay (no files)."""
+
+import pytest
+
+from nkserde.checkpoint.retention import Retention
+
+
+def test_keeps_the_newest():
+    assert Retention(keep=2).kept([0, 5, 10, 15], newest=15) == [10, 15]
+    assert Retention(keep=2).retired([0, 5, 10, 15], newest=15) == [0, 5]
+
+
+def test_keep_every_keeps_multiples_besides_the_newest():
+    policy = Retention(keep=1, keep_every=10)
+    assert policy.kept([5, 10, 15, 20, 25], newest=25) == [10, 20, 25]
+    assert policy.retired([5, 10, 15, 20, 25], newest=25) == [5, 15]
+
+
+def test_steps_newer_than_the_verified_one_are_never_retired():
+    # a newer file than the checkpoint just verified (e.g. one being written
+    # by a later save) is not retention's to delete
+    assert Retention(keep=1).retired([10, 20, 30], newest=20) == [10]
+
+
+def test_fewer_steps_than_keep_retire_nothing():
+    assert Retention(keep=3).retired([4, 8], newest=8) == []
+    assert Retention(keep=3).retired([], newest=0) == []
+
+
+def test_a_failed_newest_retires_nothing_older():
+    # retention runs only with the step just verified: when step 30 failed,
+    # the policy is applied with newest=20 and 20 stays
+    assert 20 in Retention(keep=1).kept([10, 20], newest=20)
+
+
+@pytest.mark.parametrize("keep, keep_every", [(0, None), (-1, None), (1, 0)])
+def test_rejects_impossible_policies(keep, keep_every):
+    with pytest.raises(ValueError):
+        Retention(keep=keep, keep_every=keep_every)

@@ -1,0 +1,94 @@
+"""nkserde.checkpoint.writer and .background: one write in flight, errors
+raised at the next call, a lagging write finished by the caller."""
+
+import threading
+
+import pytest
+
+from nkserde.checkpoint.background import BackgroundWrite
+from nkserde.checkpoint.writer import CheckpointWriter
+from nkserde.errors import NkserdeError
+
+
+def _steps(log, name, n=3, fail_at=None, gate=None):
+    for i in range(n):
+        if gate is not None:
+            gate.wait()
+        if i == fail_at:
+            raise OSError(28, "No space left on device")
+        log.append((name, i, threading.current_thread().name))
+        yield
+
+
+def test_synchronous_submit_runs_every_step_in_the_caller():
+    log = []
+    writer = CheckpointWriter("dir")
+    writer.submit(_steps(log, "a"), asynchronous=False)
+    assert [(n, i) for n, i, _ in log] == [("a", 0), ("a", 1), ("a", 2)]
+    assert {t for *_, t in log} == {threading.current_thread().name}
+    assert writer.lags == []  # not a background write
+
+
+def test_background_write_finishes_and_records_its_lag():
+    log = []
+    writer = CheckpointWriter("dir")
+    writer.submit(_steps(log, "a"), asynchronous=True)
+    writer.wait()
+    assert [(n, i) for n, i, _ in log] == [("a", 0), ("a", 1), ("a", 2)]
+    assert len(writer.lags) == 1 and writer.lags[0][1] >= 0
+
+
+def test_a_lagging_background_write_is_finished_by_the_caller():
+    log, gate = [], threading.Event()
+    write = BackgroundWrite(_steps(log, "a", gate=gate)).start()
+    gate.set()  # the thread may take some steps, the caller does the rest
+    write.finish()
+    assert write.done and write.error is None
+    assert write.steps_in_caller + write.steps_in_background == 3
+    assert [i for _, i, _ in log] == [0, 1, 2]
+
+
+def test_at_most_one_write_in_flight():
+    log, gate = [], threading.Event()
+    writer = CheckpointWriter("dir")
+    writer.submit(_steps(log, "a", gate=gate), asynchronous=True)
+    gate.set()
+    writer.submit(_steps(log, "b"), asynchronous=True)  # waits for "a" first
+    writer.wait()
+    assert [n for n, _, _ in log] == ["a", "a", "a", "b", "b", "b"]
+
+
+def test_an_asynchronous_error_is_raised_once_at_the_next_call():
+    writer = CheckpointWriter("ckpt-dir")
+    writer.submit(_steps([], "a", fail_at=1), asynchronous=True)
+    writer.wait()
+    assert isinstance(writer.error, OSError)
+    with pytest.raises(NkserdeError, match="ckpt-dir: writing a checkpoint failed: .*No space left"):
+        writer.raise_error()
+    writer.raise_error()  # once only
+    assert writer.error is None
+
+
+def test_a_synchronous_error_is_raised_by_submit():
+    writer = CheckpointWriter("ckpt-dir")
+    with pytest.raises(NkserdeError, match="No space left"):
+        writer.submit(_steps([], "a", fail_at=0), asynchronous=False)
+
+
+def test_discard_error_forgets_it():
+    writer = CheckpointWriter("d")
+    writer.submit(_steps([], "a", fail_at=0), asynchronous=True)
+    writer.wait()
+    assert isinstance(writer.discard_error(), OSError)
+    writer.raise_error()  # nothing left to raise
+
+
+def test_keyboard_interrupt_in_a_step_ends_the_write_and_propagates():
+    def steps():
+        yield
+        raise KeyboardInterrupt
+
+    write = BackgroundWrite(steps())
+    with pytest.raises(KeyboardInterrupt):
+        write.finish()
+    assert write.done

@@ -1,0 +1,119 @@
+"""Every crash the fuzzer (fuzz/) found, kept: the inputs in
+fuzz/regressions/ are replayed the way the fuzzer reads them, and each
+crash is also rebuilt here from a real file so that its cause is readable.
+A short seeded run of the structure-aware mutator keeps fuzz/mutate.py
+working without atheris."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+
+import nkserde
+from nkserde.errors import CorruptFileError, NkserdeError
+from nkserde.format.checksum import checksum
+from nkserde.format.layout import TRAILER
+
+FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
+sys.path.insert(0, str(FUZZ))
+
+import mutate  # noqa: E402
+import targets  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def templates():
+    return targets.templates()
+
+
+@pytest.fixture(autouse=True)
+def fuzz_limits():
+    nkserde.set_load_limits(max_load_bytes=targets.MAX_LOAD_BYTES)
+    yield
+    nkserde.set_load_limits()
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in (FUZZ / "regressions").iterdir()))
+def test_kept_crash_inputs(case, templates, tmp_path):
+    path = tmp_path / case
+    path.write_bytes((FUZZ / "regressions" / case).read_bytes())
+    assert targets.read_every_way(path, templates, tmp_path) is None
+
+
+def test_structure_aware_mutations(templates, tmp_path):
+    """300 seeded mutations of the seed corpus, read every way: only
+    nkserde errors (a few seconds of what fuzz/run does for minutes)."""
+    rng = random.Random(11)
+    seeds = [p.read_bytes() for p in sorted((FUZZ / "corpus").iterdir())]
+    path, applied = tmp_path / "m.nks", 0
+    for _ in range(300):
+        data = mutate.mutate(rng.choice(seeds), rng)
+        if data is None:
+            continue
+        applied += 1
+        path.write_bytes(data)
+        assert targets.read_every_way(path, templates, tmp_path) is None
+    assert applied > 150
+
+
+def _rewrite(path, change):
+    data = path.read_bytes()
+    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size:])
+    header = msgpack.unpackb(data[offset:offset + length], raw=False)
+    change(header)
+    raw = msgpack.packb(header, use_bin_type=True)
+    path.write_bytes(data[:offset] + raw + TRAILER.pack(offset, len(raw), checksum(raw), end))
+
+
+@pytest.fixture
+def small(tmp_path):
+    path = tmp_path / "s.nks"
+    nkserde.save({"a": np.arange(4.0), "obj": {"k": 1}}, path)
+    return path
+
+
+def test_deep_tree_is_refused_before_anything_recurses(small, tmp_path):
+    # found: a tree nested 500 deep loaded, then migrate's encoder hit
+    # RecursionError (a raw traceback)
+    def change(h):
+        deep = 1
+        for _ in range(500):
+            deep = [deep]
+        h["tree"]["obj"] = deep
+
+    _rewrite(small, change)
+    for read in (nkserde.load_state_dict, nkserde.verify,
+                 lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
+        with pytest.raises(CorruptFileError, match="nested deeper than 128 levels"):
+            read(small)
+
+
+def test_type_name_that_is_a_map(small, tmp_path):
+    # found: migrate met {"@type": {...}} and raised TypeError: unhashable
+    _rewrite(small, lambda h: h["tree"].update(obj={"@type": {"a": 1}, "@version": 1}))
+    with pytest.raises(CorruptFileError, match="obj: malformed type name"):
+        nkserde.migrate(small, tmp_path / "m.nks")
+    with pytest.raises(NkserdeError):
+        nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
+
+
+def test_dtype_that_is_a_map(small):
+    # found: {"dtype": {...}} in the index raised TypeError: unhashable
+    _rewrite(small, lambda h: h["arrays"][0].update(dtype={"x": 1}))
+    for read in (nkserde.load_state_dict, nkserde.verify):
+        with pytest.raises(CorruptFileError, match="array 0: unknown dtype"):
+            read(small)
+
+
+def test_per_process_values_of_different_structures(small, tmp_path):
+    # found: a per-process node whose processes' values differ in structure
+    # loaded, then migrate raised TypeError re-encoding it
+    _rewrite(small, lambda h: h["tree"].update(obj={"@per_process": [{"a": 1}, {"b": [2]}]}))
+    for read in (nkserde.load_state_dict, lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
+        with pytest.raises(CorruptFileError, match="per-process values of different structures"):
+            read(small)
