@@ -41,6 +41,15 @@ the peak extra memory: a thread samples this process's RSS every 2 ms
 same process (VmHWM, reset through /proc/self/clear_refs just before the
 save) minus the same RSS.
 
+Loads (every run; ``--loads-only`` skips the save timings): every process
+loads the checked nkserde file into its state two ways, in one run, and
+reports the bytes it read (``rchar`` of /proc/self/io): ``before``, the
+whole file read and this process's part kept (what a load did before
+issue 9: ``from_state_dict(state, load_state_dict(path))``), and ``after``
+(``nkserde.load(state, path)``: the header, the replicated values and the
+blocks that overlap the process's own shards). A chains-heavy state shows
+the difference: ``--params-mb 5 --chains-mb 200 --loads-only``.
+
 ``raw`` is the physical limit: the launcher alone (no other process
 running) writes as many random bytes as the nkserde file has, in one file,
 and fsyncs it (median of ``--repeat``).
@@ -261,7 +270,7 @@ def worker(args) -> None:
 
     # warm-up, and the checks of both files (outside any timing)
     checks = {}
-    for method in METHODS:
+    for method in (("nkserde",) if args.loads_only else METHODS):
         path = workdir / f"warmup-{method}{SUFFIX[method]}"
         report["records"].append({**one_save(method, path), "repeat": "warm-up"})
         if rank == 0:
@@ -280,11 +289,13 @@ def worker(args) -> None:
             del loaded
             report.setdefault("file_bytes", {})[method] = os.path.getsize(path)
         sync_global_devices(f"checked {method}")
+        if method == "nkserde":
+            report["load_bytes"] = measure_loads(state, path, sync_global_devices)
         if rank == 0:
             path.unlink()
     report["checks"] = checks
 
-    for r in range(args.repeat):
+    for r in range(0 if args.loads_only else args.repeat):
         order = METHODS[r % 2:] + METHODS[:r % 2]
         for method in order:
             path = workdir / f"r{r}-{method}{SUFFIX[method]}"
@@ -299,6 +310,43 @@ def worker(args) -> None:
     print(f"rank {rank} done", flush=True)
 
 
+def rchar() -> int:
+    with open("/proc/self/io") as f:
+        return int(next(line for line in f if line.startswith("rchar")).split()[1])
+
+
+LOADS = {  # how a process loads the file into its template (the state it saved)
+    # what every load did before issue 9: the whole file read, this process's part kept
+    "before": lambda nkserde, state, path: nkserde.from_state_dict(state, nkserde.load_state_dict(path)),
+    # the replicated values and the blocks that overlap this process's shards
+    "after": lambda nkserde, state, path: nkserde.load(state, path),
+}
+
+
+def measure_loads(state: dict, path: Path, sync) -> dict:
+    """Bytes each way of loading reads in this process (rchar of
+    /proc/self/io: every byte read by a read syscall, page cache or not),
+    after checking that the loaded shards are the saved ones."""
+    import jax
+
+    import nkserde
+
+    out = {}
+    for how, load in LOADS.items():
+        gc.collect()
+        sync(f"load {how}")
+        before = rchar()
+        loaded = jax.block_until_ready(load(nkserde, state, path))
+        out[how] = rchar() - before
+        for name, x in state.items():
+            if not all(np.array_equal(a.data, b.data)
+                       for a, b in zip(loaded[name].addressable_shards, x.addressable_shards)):
+                raise AssertionError(f"load {how}: {name} differs from the saved state")
+        del loaded
+    sync("loads measured")
+    return out
+
+
 # --------------------------------------------------------------------------- launcher
 
 
@@ -309,8 +357,9 @@ def launch(n: int, args, workdir: Path) -> list[dict]:
 
     port = free_local_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    common = ["--params-mb", str(args.params_mb), "--chains-mb", str(args.chains_mb),
-              "--n-sites", str(args.n_sites), "--repeat", str(args.repeat), "--timeout", str(args.timeout)]
+    common = ["--loads-only"] * args.loads_only + [
+        "--params-mb", str(args.params_mb), "--chains-mb", str(args.chains_mb), "--n-sites", str(args.n_sites),
+        "--repeat", str(args.repeat), "--timeout", str(args.timeout)]
     logs = [workdir / f"log-{r}.txt" for r in range(n)]
     procs = []
     for r in range(n):
@@ -395,6 +444,34 @@ def summarize(n: int, reports: list[dict], raw_times: list[float]) -> dict:
     return out
 
 
+def load_row(n: int, reports: list[dict], lay: dict) -> dict:
+    replicated = 2 * lay["n_params"] * 8
+    global_bytes = lay["n_chains"] * (lay["n_sites"] + 8)
+    own = replicated + global_bytes / n
+    row = {"processes": n, "file_bytes": reports[0]["file_bytes"]["nkserde"], "replicated_bytes": replicated,
+           "global_bytes": global_bytes, "goal_bytes": own * 1.01}
+    for how in LOADS:
+        per = [rep["load_bytes"][how] for rep in reports]
+        row[how] = {"per_process": per, "max": max(per), "max_over_own_part": max(per) / own}
+    return row
+
+
+def print_load_table(rows: list[dict]) -> None:
+    def mb(x):
+        return f"{x / MB:.1f}"
+
+    print("\nBytes read per process by a load (rchar, MB): before = whole file, after = replicated values\n"
+          "+ the blocks overlapping the process's shards; goal = replicated + global/N + 1%\n")
+    print("| N | file | replicated | global/N | goal | before max | after per process | after max / own part |")
+    print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for row in rows:
+        after = row["after"]
+        print(f"| {row['processes']} | {mb(row['file_bytes'])} | {mb(row['replicated_bytes'])} "
+              f"| {mb(row['global_bytes'] / row['processes'])} | {mb(row['goal_bytes'])} "
+              f"| {mb(row['before']['max'])} | {', '.join(mb(b) for b in after['per_process'])} "
+              f"| {after['max_over_own_part']:.3f} |")
+
+
 def print_tables(rows: list[dict]) -> None:
     def mb(x):
         return "-" if x is None else f"{x / MB:.1f}"
@@ -440,20 +517,25 @@ def launcher(args) -> None:
           f"{lay['n_sites']}], log_prob float64[{lay['n_chains']}]: {state_bytes / MB:.1f} MB; "
           f"files in {args.dir}", flush=True)
     load_before = os.getloadavg()
-    rows = []
+    rows, load_rows = [], []
     for n in counts:
         workdir = Path(tempfile.mkdtemp(prefix=f"distributed-{n}-", dir=args.dir))
         try:
             t = time.perf_counter()
             reports = launch(n, args, workdir)
-            raw_times = raw_write(reports[0]["file_bytes"]["nkserde"], workdir, args.repeat)
-            rows.append(summarize(n, reports, raw_times))
+            load_rows.append(load_row(n, reports, lay))
+            if not args.loads_only:
+                raw_times = raw_write(reports[0]["file_bytes"]["nkserde"], workdir, args.repeat)
+                rows.append(summarize(n, reports, raw_times))
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-        row = rows[-1]
-        print(f"  N={n}: nkserde {row['nkserde']['save_s']:.2f} s, naive {row['naive']['save_s']:.2f} s, "
-              f"raw {row['raw_write_s']:.2f} s  ({time.perf_counter() - t:.0f} s)", flush=True)
-    print_tables(rows)
+        if not args.loads_only:
+            row = rows[-1]
+            print(f"  N={n}: nkserde {row['nkserde']['save_s']:.2f} s, naive {row['naive']['save_s']:.2f} s, "
+                  f"raw {row['raw_write_s']:.2f} s  ({time.perf_counter() - t:.0f} s)", flush=True)
+    if rows:
+        print_tables(rows)
+    print_load_table(load_rows)
     result = {
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -463,6 +545,7 @@ def launcher(args) -> None:
         "config": {"params_mb": args.params_mb, "chains_mb": args.chains_mb, "repeat": args.repeat,
                    **lay, "state_bytes": state_bytes},
         "results": rows,
+        "loads": load_rows,
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -478,6 +561,8 @@ def main() -> None:
     parser.add_argument("--chains-mb", type=float, default=64.0, help="size of the int8 chains, MB")
     parser.add_argument("--n-sites", type=int, default=1000, help="sites per chain")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--loads-only", action="store_true",
+                        help="measure the bytes each process reads when loading, no save timings")
     parser.add_argument("--out", default=str(HERE / "results" / "distributed.json"))
     parser.add_argument("--dir", default="/work/bench-tmp", help="where the files are written")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per group of processes")

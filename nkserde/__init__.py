@@ -25,8 +25,8 @@ Public API::
 from . import errors
 from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
                   state_dict, verify)
-from .format.limits import set_load_limits
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
+from .format.limits import set_load_limits
 from .parts import per_process
 from .partial import LoadReport, PartialLoadWarning
 from .file_migration import migrate

@@ -14,7 +14,7 @@ import jax
 
 from . import directory, partial, tree
 from . import format as fileformat
-from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError, format_path
+from .errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError, format_path
 from .format.tree_codec import outline as tree_codec_outline
 from .tree import TYPE
 from .parts import PerProcess, Primary
@@ -198,8 +198,8 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         obj = tree.restore(template, state, where, report=log)
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
-    except CorruptFileError:
-        raise  # names the file already
+    except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
+        raise  # raised by the reader: names the file already
     except NkserdeError as exc:
         if str(exc).startswith(f"{path}:"):  # a lazy read's error names the file already
             raise

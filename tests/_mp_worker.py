@@ -17,6 +17,9 @@ split them evenly):
                                  a MetropolisLocalNumpy state: per-process
     mismatch FILE                save a dict whose "replicated" array
                                  differs between processes (must fail)
+    own-blocks FILE              save a dict of a 4 MB array split over the
+                                 processes and a replicated one, load it
+                                 back; rank-<r>.npz: bytes read by the load
     save-fail FILE RANK HOW      save a fresh VMC driver to FILE, then save
                                  it again with process RANK's writes
                                  failing (HOW: ``ENOSPC`` or ``EIO``);
@@ -165,6 +168,8 @@ def main():
                  warned=np.asarray([str(w.message) for w in caught] or [""]))
     elif action == "ckpt":
         checkpointed_run(rest[0], int(rest[1]), rest[2])
+    elif action == "own-blocks":
+        own_blocks(rest[0])
     elif action == "save-fail":
         save_failing(Path(rest[0]), int(rest[1]), rest[2])
     elif action == "mismatch":
@@ -172,6 +177,30 @@ def main():
     else:
         raise SystemExit(f"unknown action {action}")
     print(f"done {action} rank {rank}", flush=True)
+
+
+def own_blocks(file):
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    mesh = Mesh(jax.devices(), ("S",))
+    host = np.random.default_rng(0).integers(0, 256, (1024, 4096), dtype=np.uint8)  # raw: incompressible
+    state = {"chains": jax.make_array_from_callback(host.shape, NamedSharding(mesh, PartitionSpec("S")),
+                                                    lambda idx: host[idx]),
+             "params": np.random.default_rng(1).normal(size=1000)}
+    nkserde.save(state, file)
+    multihost_utils.sync_global_devices("saved")
+
+    def rchar():
+        with open("/proc/self/io") as f:
+            return int(next(line for line in f if line.startswith("rchar")).split()[1])
+
+    before = rchar()
+    loaded = nkserde.load(state, file)
+    read = rchar() - before
+    same = all(np.array_equal(a.data, b.data) for a, b in zip(loaded["chains"].addressable_shards,
+                                                              state["chains"].addressable_shards))
+    np.savez(workdir / f"rank-{rank}.npz", read=read, same=same, size=os.path.getsize(file),
+             params=np.array_equal(loaded["params"], state["params"]))
 
 
 class Interrupt(nk.callbacks.AbstractCallback):

@@ -209,3 +209,14 @@ def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path)
     assert int(result["resumed_from"]) == 3
     files = sorted(p.name for p in (tmp_path / "ckpt" / "run-0").iterdir())
     assert ".lock" not in files and "fingerprint.json" in files
+
+
+def test_each_process_reads_its_own_blocks(cache, tmp_path):
+    """A load on 2 processes reads the replicated values and the blocks of
+    its own shards, not the whole file."""
+    launch(2, ["own-blocks", tmp_path, tmp_path / "own.nks"], jax_cache=cache)
+    for r in range(2):
+        got = np.load(tmp_path / f"rank-{r}.npz")
+        assert got["same"] and got["params"]
+        share = (1024 * 4096) // 2
+        assert share <= got["read"] <= share + 64 * 1024, (r, int(got["read"]), int(got["size"]))

@@ -282,35 +282,26 @@ class LazyFile:
 
     def __init__(self, path):
         self.path = Path(path)
-        self._lock = threading.Lock()
-        self._decoded = 0  # bytes this load has allocated for arrays, against max_load_bytes
         with read_errors(self.path):
             self._file = open(self.path, "rb", buffering=0)
-            try:
+        self._lock = threading.Lock()
+        self._decoded = 0  # bytes of arrays read so far, against max_load_bytes
+        try:
+            with read_errors(self.path):
                 self.header, payload_end = _open_header(self._file, self.path)
-                version = self.header["format_version"]
-                # each entry is validated before anything of it is used
-                checked = [_check_entry(entry, i, payload_end, self.path, version)
-                           for i, entry in enumerate(self.header["arrays"])]
-                self.arrays = [LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
-                               for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))]
-                try:
-                    self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
-                except (ValueError, RecursionError) as exc:
-                    raise _corrupt(self.path, f"header tree is malformed: {exc}") from None
-            except BaseException:
-                self._file.close()
-                raise
-
-    def reserve(self, nbytes: int, i: int) -> None:
-        """Counts ``nbytes`` about to be allocated for array ``i`` against
-        the load's ceiling (``max_load_bytes``)."""
-        self._decoded += nbytes
-        limit = limits.current().max_load_bytes
-        if self._decoded > limit:
-            raise limits.LoadLimitError(
-                f"{self.path}: array {i}: this load decodes more than the limit of {limit} bytes "
-                "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+            version = self.header["format_version"]
+            # every entry is validated before any of its fields is used
+            checked = [_check_entry(entry, i, payload_end, self.path, version)
+                       for i, entry in enumerate(self.header["arrays"])]
+            self.arrays = [LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
+                           for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))]
+            try:
+                self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
+            except (ValueError, RecursionError) as exc:
+                raise _corrupt(self.path, f"header tree is malformed: {exc}") from None
+        except BaseException:
+            self._file.close()
+            raise
 
     def close(self):
         self._file.close()
@@ -324,9 +315,17 @@ class LazyFile:
     def read_block(self, entry, i) -> np.ndarray:
         if self._file.closed:
             raise ValueError(f"{self.path}: the file was closed; array {i} was not read")
-        with read_errors(self.path), self._lock:
-            self.reserve(entry["nbytes"], i)
-            return _read_array(self._file, entry, i, self.path)
+        with self._lock:
+            limit = limits.current().max_load_bytes
+            if self._decoded + entry["nbytes"] > limit:
+                raise limits.LoadLimitError(
+                    f"{self.path}: array {i} would bring this load to {self._decoded + entry['nbytes']} "
+                    f"decoded bytes, more than the limit of {limit} bytes "
+                    "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+            with read_errors(self.path):
+                out = _read_array(self._file, entry, i, self.path)
+            self._decoded += entry["nbytes"]
+            return out
 
 
 def _overlap(a_start, a_shape, b_start, b_shape):
@@ -382,7 +381,8 @@ class LazyArray:
         if full and self._row is None and len(blocks) == 1 and list(blocks[0][1]) == list(self._base_shape):
             out = self._source.read_block(blocks[0][2], self._i)  # the common case: no copy
             return out
-        self._source.reserve(math.prod(shape) * self.dtype.itemsize, self._i)
+        _check_load_size([{"dtype": self.dtype_name, "shape": shape}], self._source.path,
+                         f"array {self._i}: the part read decodes")  # allocated before its blocks are read
         out = aligned_empty(math.prod(shape) * self.dtype.itemsize).view(self.dtype).reshape(shape)
         for j, (b_start, b_shape, _entry) in enumerate(blocks):
             box = _overlap(start, shape, b_start, b_shape)
