@@ -241,3 +241,20 @@ def test_multiprocess_write_fails_on_one_process(tmp_path, failing_rank, how):
             assert f"save failed on process {failing_rank}" in error, error
         assert bool(got["unchanged"])
         assert list(got["temps"]) == [""]
+
+
+def test_read_error_in_index_and_array_reads(previous, monkeypatch):
+    """What the command line and nkserde.open read through."""
+    import builtins
+
+    import nkserde.format.reader as reader
+
+    real_open = builtins.open
+    for read in (lambda p: reader.read_index(p), lambda p: list(reader.read_arrays(p)),
+                 lambda p: nkserde.open(p)["big"]):
+        monkeypatch.setattr(reader, "open", lambda *a, **kw: FailingRead(real_open(*a, **kw), 1),
+                            raising=False)
+        with pytest.raises(FileReadError, match=f"^{previous}: reading the file failed: ") as raised:
+            read(previous)
+        monkeypatch.undo()
+        assert raised.value.errno == errno.EIO

@@ -160,3 +160,15 @@ def test_many_blocks_are_checked_quickly(small):
 
     rewrite_header(small, change)
     assert "blocks overlap" in _loads(small)
+
+
+def test_array_at_a_time_reads_are_bounded(small):
+    from nkserde.format.reader import read_arrays
+
+    nkserde.set_load_limits(max_load_bytes=1000)
+    try:
+        with pytest.raises(LoadLimitError, match="array 0 decodes to 4096 bytes"):
+            list(read_arrays(small))
+        assert [i for i, _ in read_arrays(small, [1])] == [1]  # 80 bytes: within the limit
+    finally:
+        nkserde.set_load_limits()
