@@ -54,7 +54,9 @@ def _types(state, found: dict) -> dict:
         return _types(state.value, found)
     if isinstance(state, dict):
         if isinstance(state.get(tree.TYPE), str):
-            found[state[tree.TYPE]] = state.get(tree.VERSION)
+            version = state.get(tree.VERSION)
+            # a file being migrated may hold anything there (an array): the metadata keeps ints
+            found[state[tree.TYPE]] = version if type(version) is int else None
         for v in state.values():
             _types(v, found)
     elif isinstance(state, list):

@@ -128,3 +128,13 @@ def test_lazy_load_checks_an_entry_before_using_it(small, shape):
         nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
     with pytest.raises(CorruptFileError, match="array 0: malformed shape"):
         nkserde.open(small)
+
+
+def test_schema_version_that_is_an_array(small, tmp_path):
+    # found: migrate copied an "@version" that is an array into the new
+    # file's metadata, and msgpack raised TypeError
+    _rewrite(small, lambda h: h["tree"].update(a=1, obj={"@type": "some.Unknown", "@version": {"@array": 0}}))
+    with pytest.raises(NkserdeError):
+        nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
+    out = nkserde.migrate(small, tmp_path / "m.nks")  # an unknown type is kept as it is
+    assert nkserde.info(out)["types"] == {"some.Unknown": None}
