@@ -88,8 +88,13 @@ DEFAULT_PARENT = Path("/work/bench-tmp")
 # steps per timed run and repeats, unless --steps / --repeat say otherwise:
 # the small model's steps take milliseconds, so it gets more of both.
 DEFAULTS = {"rbm-8": (100, 5), "rbm-100x1000": (20, 3), "statevector-24": (20, 3)}
-CONFIGS = [("plain", None), ("every=1 sync", (1, False)), ("every=1 async", (1, True)),
-           ("every=10 sync", (10, False)), ("every=10 async", (10, True))]
+CONFIGS = [
+    ("plain", None),
+    ("every=1 sync", (1, False)),
+    ("every=1 async", (1, True)),
+    ("every=10 sync", (10, False)),
+    ("every=10 async", (10, True)),
+]
 STEP_HOOKS = ("on_step_start", "before_parameter_update", "on_step_end")
 RUN_HOOKS = ("on_run_start", "on_run_end", "on_run_error")
 
@@ -103,19 +108,34 @@ def build(name):
     lr = 1e-2
     if name == "rbm-8":
         hilbert, hamiltonian = ising(8)
-        vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=16),
-                            nk.models.RBM(alpha=1, param_dtype=float), n_samples=512, seed=0, sampler_seed=1)
+        vs = nk.vqs.MCState(
+            nk.sampler.MetropolisLocal(hilbert, n_chains=16),
+            nk.models.RBM(alpha=1, param_dtype=float),
+            n_samples=512,
+            seed=0,
+            sampler_seed=1,
+        )
     elif name == "rbm-100x1000":
         hilbert, hamiltonian = ising(100)
-        vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=8, sweep_size=1),
-                            nk.models.RBM(alpha=1000, param_dtype=jnp.float32), n_samples=8,
-                            n_discard_per_chain=0, seed=0, sampler_seed=1)
+        vs = nk.vqs.MCState(
+            nk.sampler.MetropolisLocal(hilbert, n_chains=8, sweep_size=1),
+            nk.models.RBM(alpha=1000, param_dtype=jnp.float32),
+            n_samples=8,
+            n_discard_per_chain=0,
+            seed=0,
+            sampler_seed=1,
+        )
         lr = 1e-4  # 8 samples: larger steps run the parameters off to inf within ~30 steps
     elif name == "statevector-24":
         hilbert, hamiltonian = ising(24)
-        vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=16),
-                            nk.models.LogStateVector(hilbert, param_dtype=float), n_samples=256,
-                            n_discard_per_chain=0, seed=0, sampler_seed=1)
+        vs = nk.vqs.MCState(
+            nk.sampler.MetropolisLocal(hilbert, n_chains=16),
+            nk.models.LogStateVector(hilbert, param_dtype=float),
+            n_samples=256,
+            n_discard_per_chain=0,
+            seed=0,
+            sampler_seed=1,
+        )
         lr = 1e-3
     else:
         raise SystemExit(f"unknown model {name!r}")
@@ -155,6 +175,7 @@ for _hook in STEP_HOOKS + RUN_HOOKS:
     setattr(TimedCheckpoint, _hook, _timed(_hook))
 
 if hasattr(nkserde.Checkpoint, "_save"):  # private: only to count the saves
+
     def _counted_save(self, *args, _save=nkserde.Checkpoint._save, **kwargs):
         SAVES[_CURRENT_HOOK[0]] += 1
         return _save(self, *args, **kwargs)
@@ -200,12 +221,16 @@ def timed_run(driver, steps, option, parent: Path) -> dict:
     driver.run(steps, callback=callbacks, show_progress=False)
     jax.block_until_ready(driver.state.parameters)
     total = time.perf_counter() - start
-    row = {"total": total, "loop": MARKS["end"] - MARKS["start"],
-           "step_hooks": sum(HOOK_TIME[h] for h in STEP_HOOKS),
-           "run_hooks": {h: HOOK_TIME[h] for h in RUN_HOOKS if h in HOOK_TIME},
-           "saves_in_loop": sum(SAVES[h] for h in STEP_HOOKS), "saves_at_end": SAVES["on_run_end"],
-           # (steps the run's thread wrote, seconds from snapshot to file) per background write
-           "lags": list(getattr(ckpt, "write_lags", None) or getattr(ckpt, "_write_lag", ()) or ())}
+    row = {
+        "total": total,
+        "loop": MARKS["end"] - MARKS["start"],
+        "step_hooks": sum(HOOK_TIME[h] for h in STEP_HOOKS),
+        "run_hooks": {h: HOOK_TIME[h] for h in RUN_HOOKS if h in HOOK_TIME},
+        "saves_in_loop": sum(SAVES[h] for h in STEP_HOOKS),
+        "saves_at_end": SAVES["on_run_end"],
+        # (steps the run's thread wrote, seconds from snapshot to file) per background write
+        "lags": list(getattr(ckpt, "write_lags", None) or getattr(ckpt, "_write_lag", ()) or ()),
+    }
     if directory is not None:
         files = sorted(directory.glob("step-*.nks"))
         row["file_mb"] = files[-1].stat().st_size / 1e6 if files else None
@@ -237,8 +262,7 @@ def bench_model(name, steps, repeat, parent: Path) -> dict:
 
     timed_run(fresh(), 2, (1, True), parent)  # first checkpoint: one-time costs
     timed_run(fresh(), 2, None, parent)
-    print(f"\n{name}: {n_params:,} parameters; built and warmed up in {time.perf_counter() - t0:.1f} s",
-          flush=True)
+    print(f"\n{name}: {n_params:,} parameters; built and warmed up in {time.perf_counter() - t0:.1f} s", flush=True)
     runs: dict = {label: [] for label, _ in CONFIGS}
     for r in range(repeat):
         for label, option in CONFIGS:
@@ -252,15 +276,19 @@ def bench_model(name, steps, repeat, parent: Path) -> dict:
             else:
                 raise SystemExit(f"{name} {label}: no run completed its {steps} steps")
             runs[label].append(row)
-            print(f"  repeat {r + 1}/{repeat} {label:15s} total {row['total']:8.3f} s  loop {row['loop']:8.3f} s",
-                  flush=True)
+            print(
+                f"  repeat {r + 1}/{repeat} {label:15s} total {row['total']:8.3f} s  loop {row['loop']:8.3f} s",
+                flush=True,
+            )
     return {"parameters": n_params, "steps": steps, "repeat": repeat, "runs": runs}
 
 
 def table(results) -> str:
-    head = (f"{'model':14s} {'steps':>5s} {'rep':>3s} {'config':14s} {'total s':>8s} {'ovh total':>9s} "
-            f"{'loop s':>8s} {'ovh loop':>8s} {'ckpts':>6s} {'file MB':>7s} {'wait/ckpt ms':>12s} "
-            f"{'step ms':>8s} {'stall':>6s} {'lag med/max s':>13s} {'helped':>7s}")
+    head = (
+        f"{'model':14s} {'steps':>5s} {'rep':>3s} {'config':14s} {'total s':>8s} {'ovh total':>9s} "
+        f"{'loop s':>8s} {'ovh loop':>8s} {'ckpts':>6s} {'file MB':>7s} {'wait/ckpt ms':>12s} "
+        f"{'step ms':>8s} {'stall':>6s} {'lag med/max s':>13s} {'helped':>7s}"
+    )
     lines = [head, "-" * len(head)]
     notes = []
     for name, model in results.items():
@@ -279,34 +307,43 @@ def table(results) -> str:
                 wait = median(rows, "step_hooks") / in_loop if in_loop else float("nan")
                 mb = rows[0].get("file_mb")
                 lags = [lag for r in rows for lag in r.get("lags", [])]
-                lag = (f"{statistics.median(x[1] for x in lags):6.2f}/{max(x[1] for x in lags):6.2f}"
-                       if lags else "")
+                lag = f"{statistics.median(x[1] for x in lags):6.2f}/{max(x[1] for x in lags):6.2f}" if lags else ""
                 helped = f"{sum(1 for x in lags if x[0])}/{len(lags)}" if lags else ""
-                extra = (f"{(total - plain_total) / plain_total * 100:8.1f}% {loop:8.3f} "
-                         f"{(loop - plain_loop) / plain_loop * 100:7.1f}% {f'{in_loop}+{at_end}':>6s} "
-                         f"{mb if mb is not None else float('nan'):7.3g} {wait * 1e3:12.1f} "
-                         f"{step * 1e3:8.1f} {wait / (option[0] * step) * 100:5.1f}% {lag:>13s} {helped:>7s}")
+                extra = (
+                    f"{(total - plain_total) / plain_total * 100:8.1f}% {loop:8.3f} "
+                    f"{(loop - plain_loop) / plain_loop * 100:7.1f}% {f'{in_loop}+{at_end}':>6s} "
+                    f"{mb if mb is not None else float('nan'):7.3g} {wait * 1e3:12.1f} "
+                    f"{step * 1e3:8.1f} {wait / (option[0] * step) * 100:5.1f}% {lag:>13s} {helped:>7s}"
+                )
             lines.append(f"{name:14s} {model['steps']:5d} {len(rows):3d} {label:14s} {total:8.3f} {extra}")
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="rbm-8,rbm-100x1000",
-                   help="comma-separated, among rbm-8, rbm-100x1000, statevector-24")
-    p.add_argument("--steps", type=int, default=None,
-                   help="steps per timed run (default: 100 for rbm-8, 20 for the others)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="alternating repeats of every configuration (default: 5 for rbm-8, 3 for the others)")
-    p.add_argument("--dir", default=None,
-                   help=f"parent of the checkpoint directories (default {DEFAULT_PARENT} if it exists, "
-                        "else the system temporary directory)")
-    p.add_argument("--json", default=None,
-                   help="results file (default benchmarks/results/checkpoint_overhead-<date>.json)")
-    p.add_argument("--load", type=int, default=0,
-                   help="busy processes to run beside the benchmark (a shared node)")
-    p.add_argument("--table", default=None, metavar="JSON",
-                   help="print the table of an earlier results file and exit")
+    p.add_argument(
+        "--models", default="rbm-8,rbm-100x1000", help="comma-separated, among rbm-8, rbm-100x1000, statevector-24"
+    )
+    p.add_argument(
+        "--steps", type=int, default=None, help="steps per timed run (default: 100 for rbm-8, 20 for the others)"
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="alternating repeats of every configuration (default: 5 for rbm-8, 3 for the others)",
+    )
+    p.add_argument(
+        "--dir",
+        default=None,
+        help=f"parent of the checkpoint directories (default {DEFAULT_PARENT} if it exists, "
+        "else the system temporary directory)",
+    )
+    p.add_argument(
+        "--json", default=None, help="results file (default benchmarks/results/checkpoint_overhead-<date>.json)"
+    )
+    p.add_argument("--load", type=int, default=0, help="busy processes to run beside the benchmark (a shared node)")
+    p.add_argument("--table", default=None, metavar="JSON", help="print the table of an earlier results file and exit")
     args = p.parse_args(argv)
     if args.table:
         print(table(json.loads(Path(args.table).read_text())["results"]))
@@ -314,9 +351,15 @@ def main(argv=None) -> int:
 
     parent = Path(args.dir) if args.dir else DEFAULT_PARENT if DEFAULT_PARENT.is_dir() else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
-    env = {"python": platform.python_version(), "netket": nk.__version__, "jax": jax.__version__,
-           "nkserde": nkserde.__version__, "cpus": os.cpu_count(), "dir": str(parent),
-           "loadavg_before": os.getloadavg()}
+    env = {
+        "python": platform.python_version(),
+        "netket": nk.__version__,
+        "jax": jax.__version__,
+        "nkserde": nkserde.__version__,
+        "cpus": os.cpu_count(),
+        "dir": str(parent),
+        "loadavg_before": os.getloadavg(),
+    }
     env["competing_processes"] = args.load
     print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
     import subprocess
@@ -334,8 +377,10 @@ def main(argv=None) -> int:
             hog.kill()
             hog.wait()
     env["loadavg_after"] = os.getloadavg()
-    print(f"\nfastest of the repeats (times), median (time in hooks); load average before "
-          f"{env['loadavg_before'][0]:.2f}, after {env['loadavg_after'][0]:.2f}\n")
+    print(
+        f"\nfastest of the repeats (times), median (time in hooks); load average before "
+        f"{env['loadavg_before'][0]:.2f}, after {env['loadavg_after'][0]:.2f}\n"
+    )
     print(table(results))
 
     default = HERE / "results" / f"checkpoint_overhead-{datetime.date.today().isoformat()}.json"

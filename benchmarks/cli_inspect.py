@@ -69,8 +69,10 @@ def main():
     rng = np.random.default_rng(0)
     n_arrays = 16
     per_array = int(args.gb * 1e9 / 8 / n_arrays)
-    state = {"parameters": {f"layer{i}": {"kernel": rng.standard_normal(per_array)} for i in range(n_arrays)},
-             "step": 1000}
+    state = {
+        "parameters": {f"layer{i}": {"kernel": rng.standard_normal(per_array)} for i in range(n_arrays)},
+        "step": 1000,
+    }
     t0 = time.perf_counter()
     nkserde.save(state, path)
     del state
@@ -86,8 +88,10 @@ def main():
     print(f"nkserde inspect FILE --json (subprocess): {inspect[0]:.2f} s wall, {inspect[1]:.2f} s CPU")
     print(f"  python -c 'import nkserde' (start-up):  {startup[0]:.2f} s wall, {startup[1]:.2f} s CPU")
     print(f"  api.contents(FILE) in process:          {header * 1e3:.2f} ms")
-    print(f"nkserde verify FILE (subprocess):         {verify[0]:.2f} s wall, {verify[1]:.2f} s CPU "
-          f"(reads {size / 1e9:.2f} GB)")
+    print(
+        f"nkserde verify FILE (subprocess):         {verify[0]:.2f} s wall, {verify[1]:.2f} s CPU "
+        f"(reads {size / 1e9:.2f} GB)"
+    )
 
 
 if __name__ == "__main__":

@@ -121,7 +121,8 @@ def build_state(lay: dict) -> dict:
     for name, spec in shardings.items():
         host = host_array(name, lay)
         state[name] = jax.make_array_from_callback(
-            host.shape, NamedSharding(mesh, spec), lambda idx, host=host: np.array(host[idx]))
+            host.shape, NamedSharding(mesh, spec), lambda idx, host=host: np.array(host[idx])
+        )
         del host
     jax.block_until_ready(state)
     gc.collect()
@@ -130,7 +131,8 @@ def build_state(lay: dict) -> dict:
 
 def same_as_global(loaded: dict, lay: dict) -> bool:
     return set(loaded) == {"params", "opt", "chains", "log_prob"} and all(
-        np.array_equal(np.asarray(loaded[k]), host_array(k, lay)) for k in loaded)
+        np.array_equal(np.asarray(loaded[k]), host_array(k, lay)) for k in loaded
+    )
 
 
 # --------------------------------------------------------------------------- the two ways of saving
@@ -242,8 +244,9 @@ def worker(args) -> None:
 
     jax.config.update("jax_enable_x64", True)
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{args.port}", num_processes=n,
-                               process_id=rank, initialization_timeout=120)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{args.port}", num_processes=n, process_id=rank, initialization_timeout=120
+    )
     from flax import serialization
     from jax.experimental.multihost_utils import sync_global_devices
 
@@ -252,9 +255,14 @@ def worker(args) -> None:
     lay = layout(args.params_mb, args.chains_mb, args.n_sites)
     t0 = time.perf_counter()
     state = build_state(lay)
-    report = {"rank": rank, "n": n, "build_s": time.perf_counter() - t0, "records": [],
-              "state_bytes": sum(x.nbytes for x in state.values()),
-              "local_bytes": sum(s.data.nbytes for x in state.values() for s in x.addressable_shards)}
+    report = {
+        "rank": rank,
+        "n": n,
+        "build_s": time.perf_counter() - t0,
+        "records": [],
+        "state_bytes": sum(x.nbytes for x in state.values()),
+        "local_bytes": sum(s.data.nbytes for x in state.values() for s in x.addressable_shards),
+    }
     sync_global_devices("built")
 
     def one_save(method: str, path: Path) -> dict:
@@ -265,12 +273,17 @@ def worker(args) -> None:
             SAVES[method](state, path)
             seconds = time.perf_counter() - t
         sync_global_devices(f"after {path.name}")
-        return {"method": method, "seconds": seconds, "rss_before": mem.before,
-                "extra_rss": mem.extra, "hwm_extra": mem.hwm_extra}
+        return {
+            "method": method,
+            "seconds": seconds,
+            "rss_before": mem.before,
+            "extra_rss": mem.extra,
+            "hwm_extra": mem.hwm_extra,
+        }
 
     # warm-up, and the checks of both files (outside any timing)
     checks = {}
-    for method in (("nkserde",) if args.loads_only else METHODS):
+    for method in ("nkserde",) if args.loads_only else METHODS:
         path = workdir / f"warmup-{method}{SUFFIX[method]}"
         report["records"].append({**one_save(method, path), "repeat": "warm-up"})
         if rank == 0:
@@ -296,7 +309,7 @@ def worker(args) -> None:
     report["checks"] = checks
 
     for r in range(0 if args.loads_only else args.repeat):
-        order = METHODS[r % 2:] + METHODS[:r % 2]
+        order = METHODS[r % 2 :] + METHODS[: r % 2]
         for method in order:
             path = workdir / f"r{r}-{method}{SUFFIX[method]}"
             record = one_save(method, path)
@@ -339,8 +352,9 @@ def measure_loads(state: dict, path: Path, sync) -> dict:
         loaded = jax.block_until_ready(load(nkserde, state, path))
         out[how] = rchar() - before
         for name, x in state.items():
-            if not all(np.array_equal(a.data, b.data)
-                       for a, b in zip(loaded[name].addressable_shards, x.addressable_shards)):
+            if not all(
+                np.array_equal(a.data, b.data) for a, b in zip(loaded[name].addressable_shards, x.addressable_shards)
+            ):
                 raise AssertionError(f"load {how}: {name} differs from the saved state")
         del loaded
     sync("loads measured")
@@ -358,16 +372,43 @@ def launch(n: int, args, workdir: Path) -> list[dict]:
     port = free_local_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
     common = ["--loads-only"] * args.loads_only + [
-        "--params-mb", str(args.params_mb), "--chains-mb", str(args.chains_mb), "--n-sites", str(args.n_sites),
-        "--repeat", str(args.repeat), "--timeout", str(args.timeout)]
+        "--params-mb",
+        str(args.params_mb),
+        "--chains-mb",
+        str(args.chains_mb),
+        "--n-sites",
+        str(args.n_sites),
+        "--repeat",
+        str(args.repeat),
+        "--timeout",
+        str(args.timeout),
+    ]
     logs = [workdir / f"log-{r}.txt" for r in range(n)]
     procs = []
     for r in range(n):
         with open(logs[r], "wb") as log:
-            procs.append(subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "--rank", str(r), "--n", str(n),
-                 "--port", str(port), "--workdir", str(workdir), *common],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(workdir), start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(Path(__file__).resolve()),
+                        "--rank",
+                        str(r),
+                        "--n",
+                        str(n),
+                        "--port",
+                        str(port),
+                        "--workdir",
+                        str(workdir),
+                        *common,
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(workdir),
+                    start_new_session=True,
+                )
+            )
     deadline = time.monotonic() + args.timeout
     timed_out = False
     for p in procs:
@@ -402,7 +443,7 @@ def raw_write(nbytes: int, workdir: Path, repeat: int) -> list[float]:
         try:
             view = memoryview(data)
             while view.nbytes:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -413,8 +454,13 @@ def raw_write(nbytes: int, workdir: Path, repeat: int) -> list[float]:
 
 def summarize(n: int, reports: list[dict], raw_times: list[float]) -> dict:
     timed = [[rec for rec in rep["records"] if rec["repeat"] != "warm-up"] for rep in reports]
-    out = {"processes": n, "raw_write_s": statistics.median(raw_times), "raw_write_all_s": raw_times,
-           "build_s_max": max(rep["build_s"] for rep in reports), "checks": reports[0]["checks"]}
+    out = {
+        "processes": n,
+        "raw_write_s": statistics.median(raw_times),
+        "raw_write_all_s": raw_times,
+        "build_s_max": max(rep["build_s"] for rep in reports),
+        "checks": reports[0]["checks"],
+    }
     for method in METHODS:
         per_rank = [[rec for rec in recs if rec["method"] == method] for recs in timed]
         repeats = len(per_rank[0])
@@ -434,10 +480,15 @@ def summarize(n: int, reports: list[dict], raw_times: list[float]) -> dict:
             "extra_rss_others": peak(others, "extra_rss"),
             "hwm_extra_process0": peak(per_rank[0], "hwm_extra"),
             "hwm_extra_others": peak(others, "hwm_extra"),
-            "per_process": [{"seconds": [rec["seconds"] for rec in recs],
-                             "extra_rss": [rec["extra_rss"] for rec in recs],
-                             "hwm_extra": [rec["hwm_extra"] for rec in recs],
-                             "rss_before": [rec["rss_before"] for rec in recs]} for recs in per_rank],
+            "per_process": [
+                {
+                    "seconds": [rec["seconds"] for rec in recs],
+                    "extra_rss": [rec["extra_rss"] for rec in recs],
+                    "hwm_extra": [rec["hwm_extra"] for rec in recs],
+                    "rss_before": [rec["rss_before"] for rec in recs],
+                }
+                for recs in per_rank
+            ],
         }
     out["nkserde_over_raw"] = out["nkserde"]["save_s"] / out["raw_write_s"]
     out["naive_over_nkserde"] = out["naive"]["save_s"] / out["nkserde"]["save_s"]
@@ -448,8 +499,13 @@ def load_row(n: int, reports: list[dict], lay: dict) -> dict:
     replicated = 2 * lay["n_params"] * 8
     global_bytes = lay["n_chains"] * (lay["n_sites"] + 8)
     own = replicated + global_bytes / n
-    row = {"processes": n, "file_bytes": reports[0]["file_bytes"]["nkserde"], "replicated_bytes": replicated,
-           "global_bytes": global_bytes, "goal_bytes": own * 1.01}
+    row = {
+        "processes": n,
+        "file_bytes": reports[0]["file_bytes"]["nkserde"],
+        "replicated_bytes": replicated,
+        "global_bytes": global_bytes,
+        "goal_bytes": own * 1.01,
+    }
     for how in LOADS:
         per = [rep["load_bytes"][how] for rep in reports]
         row[how] = {"per_process": per, "max": max(per), "max_over_own_part": max(per) / own}
@@ -460,16 +516,20 @@ def print_load_table(rows: list[dict]) -> None:
     def mb(x):
         return f"{x / MB:.1f}"
 
-    print("\nBytes read per process by a load (rchar, MB): before = whole file, after = replicated values\n"
-          "+ the blocks overlapping the process's shards; goal = replicated + global/N + 1%\n")
+    print(
+        "\nBytes read per process by a load (rchar, MB): before = whole file, after = replicated values\n"
+        "+ the blocks overlapping the process's shards; goal = replicated + global/N + 1%\n"
+    )
     print("| N | file | replicated | global/N | goal | before max | after per process | after max / own part |")
     print("|--:|--:|--:|--:|--:|--:|--:|--:|")
     for row in rows:
         after = row["after"]
-        print(f"| {row['processes']} | {mb(row['file_bytes'])} | {mb(row['replicated_bytes'])} "
-              f"| {mb(row['global_bytes'] / row['processes'])} | {mb(row['goal_bytes'])} "
-              f"| {mb(row['before']['max'])} | {', '.join(mb(b) for b in after['per_process'])} "
-              f"| {after['max_over_own_part']:.3f} |")
+        print(
+            f"| {row['processes']} | {mb(row['file_bytes'])} | {mb(row['replicated_bytes'])} "
+            f"| {mb(row['global_bytes'] / row['processes'])} | {mb(row['goal_bytes'])} "
+            f"| {mb(row['before']['max'])} | {', '.join(mb(b) for b in after['per_process'])} "
+            f"| {after['max_over_own_part']:.3f} |"
+        )
 
 
 def print_tables(rows: list[dict]) -> None:
@@ -481,22 +541,30 @@ def print_tables(rows: list[dict]) -> None:
         return "-" if sampled is None else f"{mb(sampled)} ({mb(kernel)})"
 
     print("\nSave time (s; median of the repeats; max = slowest process, p0 = process 0)\n")
-    print("| N | nkserde file MB | naive file MB | raw write s | nkserde s max | nkserde s p0 "
-          "| naive s max | naive s p0 | nkserde/raw | naive/nkserde |")
+    print(
+        "| N | nkserde file MB | naive file MB | raw write s | nkserde s max | nkserde s p0 "
+        "| naive s max | naive s p0 | nkserde/raw | naive/nkserde |"
+    )
     print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for row in rows:
         k, v = row["nkserde"], row["naive"]
-        print(f"| {row['processes']} | {mb(k['file_bytes'])} | {mb(v['file_bytes'])} | {row['raw_write_s']:.2f} "
-              f"| {k['save_s']:.2f} | {k['save_s_process0']:.2f} | {v['save_s']:.2f} | {v['save_s_process0']:.2f} "
-              f"| {row['nkserde_over_raw']:.2f} | {row['naive_over_nkserde']:.2f} |")
-    print("\nPeak extra RSS during the save, MB: sampled every 2 ms (kernel VmHWM); largest over the\n"
-          "repeats; others = processes 1..N-1\n")
+        print(
+            f"| {row['processes']} | {mb(k['file_bytes'])} | {mb(v['file_bytes'])} | {row['raw_write_s']:.2f} "
+            f"| {k['save_s']:.2f} | {k['save_s_process0']:.2f} | {v['save_s']:.2f} | {v['save_s_process0']:.2f} "
+            f"| {row['nkserde_over_raw']:.2f} | {row['naive_over_nkserde']:.2f} |"
+        )
+    print(
+        "\nPeak extra RSS during the save, MB: sampled every 2 ms (kernel VmHWM); largest over the\n"
+        "repeats; others = processes 1..N-1\n"
+    )
     print("| N | nkserde p0 | nkserde others | naive p0 | naive others |")
     print("|--:|--:|--:|--:|--:|")
     for row in rows:
         k, v = row["nkserde"], row["naive"]
-        print(f"| {row['processes']} | {peaks(k, 'process0')} | {peaks(k, 'others')} "
-              f"| {peaks(v, 'process0')} | {peaks(v, 'others')} |")
+        print(
+            f"| {row['processes']} | {peaks(k, 'process0')} | {peaks(k, 'others')} "
+            f"| {peaks(v, 'process0')} | {peaks(v, 'others')} |"
+        )
 
 
 def versions() -> dict:
@@ -513,9 +581,12 @@ def launcher(args) -> None:
             raise SystemExit(f"{lay['n_chains']} chains cannot be split over {n} processes")
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     state_bytes = 2 * lay["n_params"] * 8 + lay["n_chains"] * (lay["n_sites"] + 8)
-    print(f"state: params and opt {lay['n_params']} float64 each, chains int8[{lay['n_chains']}, "
-          f"{lay['n_sites']}], log_prob float64[{lay['n_chains']}]: {state_bytes / MB:.1f} MB; "
-          f"files in {args.dir}", flush=True)
+    print(
+        f"state: params and opt {lay['n_params']} float64 each, chains int8[{lay['n_chains']}, "
+        f"{lay['n_sites']}], log_prob float64[{lay['n_chains']}]: {state_bytes / MB:.1f} MB; "
+        f"files in {args.dir}",
+        flush=True,
+    )
     load_before = os.getloadavg()
     rows, load_rows = [], []
     for n in counts:
@@ -531,19 +602,32 @@ def launcher(args) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
         if not args.loads_only:
             row = rows[-1]
-            print(f"  N={n}: nkserde {row['nkserde']['save_s']:.2f} s, naive {row['naive']['save_s']:.2f} s, "
-                  f"raw {row['raw_write_s']:.2f} s  ({time.perf_counter() - t:.0f} s)", flush=True)
+            print(
+                f"  N={n}: nkserde {row['nkserde']['save_s']:.2f} s, naive {row['naive']['save_s']:.2f} s, "
+                f"raw {row['raw_write_s']:.2f} s  ({time.perf_counter() - t:.0f} s)",
+                flush=True,
+            )
     if rows:
         print_tables(rows)
     print_load_table(load_rows)
     result = {
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "environment": {"python": platform.python_version(), **versions(), "cpus": os.cpu_count(),
-                        "dir": str(args.dir), "loadavg_before": load_before,
-                        "loadavg_after": os.getloadavg()},
-        "config": {"params_mb": args.params_mb, "chains_mb": args.chains_mb, "repeat": args.repeat,
-                   **lay, "state_bytes": state_bytes},
+        "environment": {
+            "python": platform.python_version(),
+            **versions(),
+            "cpus": os.cpu_count(),
+            "dir": str(args.dir),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "config": {
+            "params_mb": args.params_mb,
+            "chains_mb": args.chains_mb,
+            "repeat": args.repeat,
+            **lay,
+            "state_bytes": state_bytes,
+        },
         "results": rows,
         "loads": load_rows,
     }
@@ -554,15 +638,17 @@ def launcher(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--processes", default="1,2,4", help="process counts, comma separated")
     parser.add_argument("--params-mb", type=float, default=200.0, help="size of params (and of opt), MB")
     parser.add_argument("--chains-mb", type=float, default=64.0, help="size of the int8 chains, MB")
     parser.add_argument("--n-sites", type=int, default=1000, help="sites per chain")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--loads-only", action="store_true",
-                        help="measure the bytes each process reads when loading, no save timings")
+    parser.add_argument(
+        "--loads-only", action="store_true", help="measure the bytes each process reads when loading, no save timings"
+    )
     parser.add_argument("--out", default=str(HERE / "results" / "distributed.json"))
     parser.add_argument("--dir", default="/work/bench-tmp", help="where the files are written")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per group of processes")

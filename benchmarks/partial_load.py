@@ -55,14 +55,19 @@ def build(sites, alpha):
     hilbert = nk.hilbert.Spin(0.5, sites)
     graph = nk.graph.Chain(sites)
     H = nk.operator.Ising(hilbert, graph, h=1.0)
-    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=16),
-                        nk.models.RBM(alpha=alpha, param_dtype=float), n_samples=16, seed=0)
+    vs = nk.vqs.MCState(
+        nk.sampler.MetropolisLocal(hilbert, n_chains=16),
+        nk.models.RBM(alpha=alpha, param_dtype=float),
+        n_samples=16,
+        seed=0,
+    )
     opt = optax.adam(1e-3)
     driver = nk.driver.VMC(H, opt, variational_state=vs)
     # a random optimizer state, as after a run (incompressible, as real moments are)
     rng = np.random.default_rng(1)
     driver._optimizer_state = jax.tree_util.tree_map(
-        lambda x: x + rng.normal(size=x.shape) if x.dtype == float and x.ndim else x, driver._optimizer_state)
+        lambda x: x + rng.normal(size=x.shape) if x.dtype == float and x.ndim else x, driver._optimizer_state
+    )
     return driver
 
 
@@ -94,11 +99,17 @@ def main():
 
         for name, fn in (("before", before), ("after", after), ("open", kernel)):
             out, rchar, read_bytes = measure(fn)
-            print(f"{name:7s} rchar {rchar / 1e6:9.1f} MB ({rchar / size:6.1%} of the file)  "
-                  f"read_bytes {read_bytes / 1e6:8.1f} MB")
+            print(
+                f"{name:7s} rchar {rchar / 1e6:9.1f} MB ({rchar / size:6.1%} of the file)  "
+                f"read_bytes {read_bytes / 1e6:8.1f} MB"
+            )
             if name != "open":
-                assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(out.parameters),
-                                                                jax.tree_util.tree_leaves(driver.state.parameters)))
+                assert all(
+                    np.array_equal(a, b)
+                    for a, b in zip(
+                        jax.tree_util.tree_leaves(out.parameters), jax.tree_util.tree_leaves(driver.state.parameters)
+                    )
+                )
 
 
 if __name__ == "__main__":

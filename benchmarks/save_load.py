@@ -139,7 +139,10 @@ def _dense_layout(param_bytes: float, n_sites: int) -> list[tuple[str, tuple[int
     a, b, c = 2.0, n_sites + 4.0, 1.0 - param_bytes / 8.0
     h = max(1, int(round((-b + (b * b - 4 * a * c) ** 0.5) / (2 * a))))
     return [
-        ("Dense_0", (n_sites, h)), ("Dense_1", (h, h)), ("Dense_2", (h, h)), ("Dense_3", (h, 1)),
+        ("Dense_0", (n_sites, h)),
+        ("Dense_1", (h, h)),
+        ("Dense_2", (h, h)),
+        ("Dense_3", (h, 1)),
     ]
 
 
@@ -180,9 +183,12 @@ def describe_state(state) -> dict:
     return {
         "bytes": sum(a.nbytes for a in array_leaves(state)),
         "n_arrays": len(array_leaves(state)),
-        "parameters_MB": mb(state["parameters"]), "adam_mu_MB": mb(state["adam_mu"]),
-        "adam_nu_MB": mb(state["adam_nu"]), "chains_MB": mb(state["chains"]),
-        "chains_shape": list(state["chains"].shape), "hidden_kernel_shape": list(k0),
+        "parameters_MB": mb(state["parameters"]),
+        "adam_mu_MB": mb(state["adam_mu"]),
+        "adam_nu_MB": mb(state["adam_nu"]),
+        "chains_MB": mb(state["chains"]),
+        "chains_shape": list(state["chains"].shape),
+        "hidden_kernel_shape": list(k0),
     }
 
 
@@ -369,7 +375,7 @@ def run_methods(methods: dict, obj, nbytes: int, workdir: Path, tag: str, repeat
     names = list(methods)
     times = {m: {"save": [], "load": [], "file_bytes": None} for m in names}
     for r in range(repeat):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for m in order:
             save, load = methods[m]
             gc.collect()
@@ -386,32 +392,40 @@ def run_methods(methods: dict, obj, nbytes: int, workdir: Path, tag: str, repeat
             gc.collect()
             times[m]["save"].append(t1 - t0)
             times[m]["load"].append(t3 - t2)
-            print(f"    [{tag} repeat {r + 1}/{repeat}] {m:8s} save {t1 - t0:8.3f} s   load {t3 - t2:8.3f} s",
-                  flush=True)
+            print(
+                f"    [{tag} repeat {r + 1}/{repeat}] {m:8s} save {t1 - t0:8.3f} s   load {t3 - t2:8.3f} s", flush=True
+            )
     rows = {}
     raw_save_t = median(times["raw"]["save"]) if "raw" in times else None
     raw_load_t = median(times["raw"]["load"]) if "raw" in times else None
     for m in names:
         s, ld = median(times[m]["save"]), median(times[m]["load"])
         rows[m] = {
-            "save_s": s, "save_GBps": nbytes / s / 1e9,
+            "save_s": s,
+            "save_GBps": nbytes / s / 1e9,
             "save_x_raw": raw_save_t / s if raw_save_t else None,
-            "load_s": ld, "load_GBps": nbytes / ld / 1e9,
+            "load_s": ld,
+            "load_GBps": nbytes / ld / 1e9,
             "load_x_raw": raw_load_t / ld if raw_load_t else None,
             "file_MB": times[m]["file_bytes"] / 1e6,
-            "save_all_s": times[m]["save"], "load_all_s": times[m]["load"],
+            "save_all_s": times[m]["save"],
+            "load_all_s": times[m]["load"],
         }
     return rows
 
 
 def print_table(rows: dict) -> None:
-    head = (f"  {'method':9s} {'save s':>9s} {'save GB/s':>10s} {'save/raw':>9s} "
-            f"{'load s':>9s} {'load GB/s':>10s} {'load/raw':>9s} {'file MB':>10s}")
+    head = (
+        f"  {'method':9s} {'save s':>9s} {'save GB/s':>10s} {'save/raw':>9s} "
+        f"{'load s':>9s} {'load GB/s':>10s} {'load/raw':>9s} {'file MB':>10s}"
+    )
     print(head)
     print("  " + "-" * (len(head) - 2))
     for m, r in rows.items():
-        print(f"  {m:9s} {r['save_s']:9.3f} {r['save_GBps']:10.3f} {r['save_x_raw']:9.2f} "
-              f"{r['load_s']:9.3f} {r['load_GBps']:10.3f} {r['load_x_raw']:9.2f} {r['file_MB']:10.2f}")
+        print(
+            f"  {m:9s} {r['save_s']:9.3f} {r['save_GBps']:10.3f} {r['save_x_raw']:9.2f} "
+            f"{r['load_s']:9.3f} {r['load_GBps']:10.3f} {r['load_x_raw']:9.2f} {r['file_MB']:10.2f}"
+        )
     print("  (x/raw = raw time / method time: 1.00 = as fast as raw I/O, 0.50 = twice as slow)")
 
 
@@ -474,18 +488,29 @@ def memory_child(method: str, nbytes: int, workdir: Path) -> dict:
     peak_sampled = max(samples + [before])
     peak = max(peak_sampled, hwm or 0)
     return {
-        "method": method, "state_bytes": size, "rss_before_MiB": before / MIB,
+        "method": method,
+        "state_bytes": size,
+        "rss_before_MiB": before / MIB,
         "peak_sampled_extra_MiB": (peak_sampled - before) / MIB,
         "peak_hwm_extra_MiB": (hwm - before) / MIB if hwm else None,
         "peak_extra_MiB": (peak - before) / MIB,
         "peak_extra_pct": 100 * (peak - before) / size,
-        "n_samples": len(samples), "save_s": elapsed,
+        "n_samples": len(samples),
+        "save_s": elapsed,
     }
 
 
 def measure_memory(method: str, nbytes: int, workdir: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--_memory-child", method,
-           "--sizes", str(nbytes), "--dir", str(workdir)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--_memory-child",
+        method,
+        "--sizes",
+        str(nbytes),
+        "--dir",
+        str(workdir),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         return {"method": method, "error": proc.stderr[-2000:]}
@@ -507,8 +532,9 @@ def build_mcstate(nbytes: int):
 
     n_sites, alpha = mc_layout(nbytes)
     hi = nk.hilbert.Spin(0.5, n_sites)
-    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hi, n_chains=16), nk.models.RBM(alpha=alpha),
-                        n_samples=512, seed=0, sampler_seed=1)
+    vs = nk.vqs.MCState(
+        nk.sampler.MetropolisLocal(hi, n_chains=16), nk.models.RBM(alpha=alpha), n_samples=512, seed=0, sampler_seed=1
+    )
     block((vs.variables, vs.sampler_state))
     return vs, {"n_sites": n_sites, "alpha": alpha, "n_parameters": int(vs.n_parameters)}
 
@@ -574,8 +600,12 @@ def _zstd_bench(data: np.ndarray, repeat: int) -> dict:
     cctx, dctx = zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor()
     tc, frame = _best_of(lambda: cctx.compress(data), repeat)
     td, _ = _best_of(lambda: dctx.decompress(frame, max_output_size=data.nbytes), repeat)
-    return {"bytes": int(data.nbytes), "ratio": len(frame) / data.nbytes,
-            "compress_GBps": data.nbytes / tc / 1e9, "decompress_GBps": data.nbytes / td / 1e9}
+    return {
+        "bytes": int(data.nbytes),
+        "ratio": len(frame) / data.nbytes,
+        "compress_GBps": data.nbytes / tc / 1e9,
+        "decompress_GBps": data.nbytes / td / 1e9,
+    }
 
 
 # --------------------------------------------------------------------------- report
@@ -600,9 +630,14 @@ def check_targets(rows: dict, memory: dict, nbytes: int) -> list[dict]:
     mem = memory.get("nkserde")
     if mem and "peak_extra_MiB" in mem:
         limit = 0.10 * nbytes / MIB + 64
-        targets.append(("nkserde peak extra memory <= 10% of state + 64 MiB",
-                        limit / max(mem["peak_extra_MiB"], 1e-9), 1.0,
-                        f"{mem['peak_extra_MiB']:.1f} MiB vs limit {limit:.1f} MiB"))
+        targets.append(
+            (
+                "nkserde peak extra memory <= 10% of state + 64 MiB",
+                limit / max(mem["peak_extra_MiB"], 1e-9),
+                1.0,
+                f"{mem['peak_extra_MiB']:.1f} MiB vs limit {limit:.1f} MiB",
+            )
+        )
     out = []
     for name, value, threshold, shown in targets:
         out.append({"target": name, "value": shown, "met": bool(value >= threshold)})
@@ -621,10 +656,27 @@ def environment() -> dict:
     import psutil
 
     return {
-        "python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-        "cpus": os.cpu_count(), "memory_GiB": psutil.virtual_memory().total / 2**30,
-        **{d: v(d) for d in ("nkserde", "jax", "jaxlib", "numpy", "flax", "orbax-checkpoint",
-                             "nqxpack", "netket", "msgpack", "zstandard", "xxhash")},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": cpu,
+        "cpus": os.cpu_count(),
+        "memory_GiB": psutil.virtual_memory().total / 2**30,
+        **{
+            d: v(d)
+            for d in (
+                "nkserde",
+                "jax",
+                "jaxlib",
+                "numpy",
+                "flax",
+                "orbax-checkpoint",
+                "nqxpack",
+                "netket",
+                "msgpack",
+                "zstandard",
+                "xxhash",
+            )
+        },
     }
 
 
@@ -633,12 +685,18 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="10MB,100MB,1GB")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--dir", default=None, help=f"parent of the temporary directory (default {DEFAULT_PARENT})")
-    p.add_argument("--mcstate-sizes", default=None,
-                   help="sizes for the MCState/nqxpack comparison (default: --sizes; 'none' to skip)")
+    p.add_argument(
+        "--mcstate-sizes",
+        default=None,
+        help="sizes for the MCState/nqxpack comparison (default: --sizes; 'none' to skip)",
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the child-process memory measurements")
     p.add_argument("--no-micro", action="store_true", help="skip checksum/codec micro-benchmarks")
-    p.add_argument("--methods", default=None,
-                   help=f"comma-separated subset of {','.join(METHODS)} (default: all but nkserde-serial)")
+    p.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated subset of {','.join(METHODS)} (default: all but nkserde-serial)",
+    )
     p.add_argument("--json", default=None, help="results file (default benchmarks/results/save_load-<date>.json)")
     p.add_argument("--_memory-child", dest="memory_child", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -657,14 +715,19 @@ def main(argv=None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="save_load-", dir=parent))
 
     env = environment()
-    fs = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "-T", str(workdir)],
-                        capture_output=True, text=True).stdout.strip()
+    fs = subprocess.run(
+        ["findmnt", "-n", "-o", "FSTYPE,SOURCE", "-T", str(workdir)], capture_output=True, text=True
+    ).stdout.strip()
     env["workdir"], env["filesystem"] = str(workdir), fs
     print(f"# nkserde save/load benchmark  {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     print(f"# {env['cpu']}, {env['cpus']} CPUs, {env['memory_GiB']:.1f} GiB RAM; python {env['python']}")
-    print("# " + ", ".join(f"{d} {env[d]}" for d in ("nkserde", "jax", "numpy", "flax", "orbax-checkpoint",
-                                                      "nqxpack", "netket")))
+    print(
+        "# "
+        + ", ".join(
+            f"{d} {env[d]}" for d in ("nkserde", "jax", "numpy", "flax", "orbax-checkpoint", "nqxpack", "netket")
+        )
+    )
     print(f"# temp dir {workdir} ({fs}); repeats {args.repeat} (median reported), methods alternate")
     print("# NOTE: loads are from the page cache (the file was just written and fsynced; the cache")
     print("#       cannot be dropped without root): they measure memory/syscall speed, not the disk.")
@@ -673,13 +736,22 @@ def main(argv=None) -> int:
     print("#       Returned types: nkserde/orbax jax arrays; flax/pickle/raw numpy arrays.")
     sys.stdout.flush()
 
-    results = {"environment": env, "command": sys.argv, "repeat": args.repeat, "sizes": {},
-               "mcstate": {}, "micro": None}
+    results = {
+        "environment": env,
+        "command": sys.argv,
+        "repeat": args.repeat,
+        "sizes": {},
+        "mcstate": {},
+        "micro": None,
+    }
 
     # warm-up: imports, jit, orbax thread pools
     small = build_state(1 << 20, seed=1)
-    methods = ({m: METHODS[m] for m in args.methods.split(",")} if args.methods
-               else {m: f for m, f in METHODS.items() if m != "nkserde-serial"})
+    methods = (
+        {m: METHODS[m] for m in args.methods.split(",")}
+        if args.methods
+        else {m: f for m, f in METHODS.items() if m != "nkserde-serial"}
+    )
     run_methods(methods, small, 1 << 20, workdir, "warmup", 1)
     del small
     gc.collect()
@@ -692,10 +764,12 @@ def main(argv=None) -> int:
             state = build_state(nbytes)
             info = describe_state(state)
             chains_by_size[label] = np.asarray(state["chains"]).copy()
-            print(f"=== state {label}: {info['bytes'] / 1e6:.1f} MB in {info['n_arrays']} arrays "
-                  f"(parameters/adam_mu/adam_nu {info['parameters_MB']:.1f} MB each, float64, hidden kernel "
-                  f"{info['hidden_kernel_shape']}; chains int8{info['chains_shape']} {info['chains_MB']:.2f} MB; step)",
-                  flush=True)
+            print(
+                f"=== state {label}: {info['bytes'] / 1e6:.1f} MB in {info['n_arrays']} arrays "
+                f"(parameters/adam_mu/adam_nu {info['parameters_MB']:.1f} MB each, float64, hidden kernel "
+                f"{info['hidden_kernel_shape']}; chains int8{info['chains_shape']} {info['chains_MB']:.2f} MB; step)",
+                flush=True,
+            )
             rows = run_methods(methods, state, info["bytes"], workdir, label, args.repeat)
             del state
             gc.collect()
@@ -711,9 +785,11 @@ def main(argv=None) -> int:
                     if "error" in r:
                         print(f"    {m:9s} ERROR {r['error'][-300:]}")
                     else:
-                        print(f"    {m:9s} {r['peak_extra_MiB']:9.1f} MiB  = {r['peak_extra_pct']:6.1f}% of state "
-                              f"(sampled {r['peak_sampled_extra_MiB']:.1f}, HWM "
-                              f"{_round(r['peak_hwm_extra_MiB'])} MiB)")
+                        print(
+                            f"    {m:9s} {r['peak_extra_MiB']:9.1f} MiB  = {r['peak_extra_pct']:6.1f}% of state "
+                            f"(sampled {r['peak_sampled_extra_MiB']:.1f}, HWM "
+                            f"{_round(r['peak_hwm_extra_MiB'])} MiB)"
+                        )
             targets = check_targets(rows, memory, info["bytes"])
             print("  targets:")
             for t in targets:
@@ -736,16 +812,21 @@ def main(argv=None) -> int:
 
             mc_bytes = sum(a.nbytes for a in array_leaves(nkserde.state_dict(vs)))
             mc_info["bytes"] = mc_bytes
-            print(f"  RBM n_sites={mc_info['n_sites']} alpha={mc_info['alpha']:.2f}: "
-                  f"{mc_info['n_parameters']} parameters, {mc_bytes / 1e6:.1f} MB of arrays "
-                  f"(built in {mc_info['build_s']:.1f} s)", flush=True)
+            print(
+                f"  RBM n_sites={mc_info['n_sites']} alpha={mc_info['alpha']:.2f}: "
+                f"{mc_info['n_parameters']} parameters, {mc_bytes / 1e6:.1f} MB of arrays "
+                f"(built in {mc_info['build_s']:.1f} s)",
+                flush=True,
+            )
             rows = run_methods(MC_METHODS, vs, mc_bytes, workdir, f"mc{label}", args.repeat)
             del vs
             gc.collect()
             print(f"\n--- MCState {label} ({mc_bytes / 1e6:.1f} MB), median of {args.repeat} ---")
             print_table(rows)
-            x = (rows["nqxpack"]["save_s"] / rows["nkserde"]["save_s"],
-                 rows["nqxpack"]["load_s"] / rows["nkserde"]["load_s"])
+            x = (
+                rows["nqxpack"]["save_s"] / rows["nkserde"]["save_s"],
+                rows["nqxpack"]["load_s"] / rows["nkserde"]["load_s"],
+            )
             print(f"  nkserde vs nqxpack: save {x[0]:.1f}x faster, load {x[1]:.1f}x faster\n", flush=True)
             results["mcstate"][label] = {"state": mc_info, "methods": rows}
         skipped = [fmt_size(s) for s in sizes if s not in mc_sizes]
@@ -760,13 +841,17 @@ def main(argv=None) -> int:
                 print(f"  {name:20s} {micro[name]['s'] * 1e3:8.1f} ms  {micro[name]['GBps']:6.2f} GB/s")
             print(f"  xxh3_64 / crc32 speed: {micro['xxh3_64']['GBps'] / micro['crc32']['GBps']:.1f}x")
             z = micro["zstd1_float64_kernel"]
-            print(f"  zstd-1 float64 kernel ({z['bytes'] / 1e6:.1f} MB): ratio {z['ratio']:.3f}, "
-                  f"compress {z['compress_GBps']:.2f} GB/s, decompress {z['decompress_GBps']:.2f} GB/s")
+            print(
+                f"  zstd-1 float64 kernel ({z['bytes'] / 1e6:.1f} MB): ratio {z['ratio']:.3f}, "
+                f"compress {z['compress_GBps']:.2f} GB/s, decompress {z['decompress_GBps']:.2f} GB/s"
+            )
             for lab, z in micro["zstd1_chains"].items():
-                print(f"  zstd-1 int8 chains {lab:6s} {str(z['shape']):14s} ({z['bytes'] / 1e6:.2f} MB): "
-                      f"ratio {z['ratio']:.3f}, "
-                      f"compress {z['compress_GBps']:.2f} GB/s, decompress {z['decompress_GBps']:.2f} GB/s; "
-                      f"nkserde stores it as {z['nkserde_codec']}")
+                print(
+                    f"  zstd-1 int8 chains {lab:6s} {str(z['shape']):14s} ({z['bytes'] / 1e6:.2f} MB): "
+                    f"ratio {z['ratio']:.3f}, "
+                    f"compress {z['compress_GBps']:.2f} GB/s, decompress {z['decompress_GBps']:.2f} GB/s; "
+                    f"nkserde stores it as {z['nkserde_codec']}"
+                )
             print()
     finally:
         if _ORBAX.get("ckptr") is not None:

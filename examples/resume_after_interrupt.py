@@ -97,11 +97,15 @@ class Report(nk.callbacks.AbstractCallback):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--interrupt-at", type=int, metavar="K",
-                        help="start a fresh run and interrupt it with SIGTERM at step K")
-    parser.add_argument("--dir", type=Path,
-                        default=Path(tempfile.gettempdir()) / "nkserde-resume-after-interrupt",
-                        help="checkpoints and log (default: %(default)s)")
+    parser.add_argument(
+        "--interrupt-at", type=int, metavar="K", help="start a fresh run and interrupt it with SIGTERM at step K"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "nkserde-resume-after-interrupt",
+        help="checkpoints and log (default: %(default)s)",
+    )
     args = parser.parse_args()
     if args.interrupt_at is not None and not 0 < args.interrupt_at < N_ITER:
         parser.error(f"--interrupt-at must be between 1 and {N_ITER - 1}")
@@ -120,16 +124,20 @@ def main():
     ckpt = gs.last_checkpoint
     energies = log.data["Energy"]
     if ckpt.interrupted:
-        print(f"interrupted by {ckpt.interrupted} after step {ckpt.steps()[-1]}; checkpoints in "
-              f"{ckpt.directory} ({time.perf_counter() - t0:.1f} s)")
+        print(
+            f"interrupted by {ckpt.interrupted} after step {ckpt.steps()[-1]}; checkpoints in "
+            f"{ckpt.directory} ({time.perf_counter() - t0:.1f} s)"
+        )
         print("run the same command without --interrupt-at to resume")
         return
     exact = nk.exact.lanczos_ed(hamiltonian)[0]
     steps = np.asarray(energies.iters)
     assert list(steps) == list(range(N_ITER)), "the log should hold every step once"
-    print(f"finished: {gs.step_count} steps, E = {energies['Mean'][-1].real:.5f} "
-          f"(exact {exact:.5f}); log of {len(steps)} steps in {args.dir / 'log.log'} "
-          f"({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"finished: {gs.step_count} steps, E = {energies['Mean'][-1].real:.5f} "
+        f"(exact {exact:.5f}); log of {len(steps)} steps in {args.dir / 'log.log'} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
 
 
 if __name__ == "__main__":

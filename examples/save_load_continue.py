@@ -52,8 +52,10 @@ def main():
     first = energies(driver, 10)
     nkserde.save(driver, path)
     meta = nkserde.info(path)
-    print(f"ran 10 steps, E = {first[-1]:.6f}; saved {path} ({path.stat().st_size} bytes, "
-          f"root {meta['root_type']}, step {driver.step_count})")
+    print(
+        f"ran 10 steps, E = {first[-1]:.6f}; saved {path} ({path.stat().st_size} bytes, "
+        f"root {meta['root_type']}, step {driver.step_count})"
+    )
 
     restored = nkserde.load(build_driver(), path)
     print(f"loaded into a fresh driver: step {restored.step_count}")
@@ -65,10 +67,11 @@ def main():
     same_energies = np.concatenate([first, second]).tobytes() == straight.tobytes()
     same_params = all(
         np.asarray(a).tobytes() == np.asarray(b).tobytes()
-        for a, b in zip(jax.tree_util.tree_leaves(restored.state.parameters),
-                        jax.tree_util.tree_leaves(reference.state.parameters)))
-    print(f"uninterrupted 20-step run: energies identical: {same_energies}, "
-          f"final parameters identical: {same_params}")
+        for a, b in zip(
+            jax.tree_util.tree_leaves(restored.state.parameters), jax.tree_util.tree_leaves(reference.state.parameters)
+        )
+    )
+    print(f"uninterrupted 20-step run: energies identical: {same_energies}, final parameters identical: {same_params}")
     print(f"done in {time.perf_counter() - t0:.1f} s")
     if not (same_energies and same_params):
         raise SystemExit("resume was not bit-exact")

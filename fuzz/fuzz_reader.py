@@ -54,8 +54,7 @@ def crash(data: bytes, name: str, exc: Exception):
     lose the input; it is also saved here first.) Only the innermost frames
     are printed: a RecursionError's thousand would take too long."""
     trace = "".join(traceback.format_exception(exc, limit=-12))
-    sys.stderr.write(f"\n=== nkserde.{name} raised {type(exc).__name__}, not an NkserdeError ===\n"
-                     f"{trace[-6000:]}\n")
+    sys.stderr.write(f"\n=== nkserde.{name} raised {type(exc).__name__}, not an NkserdeError ===\n{trace[-6000:]}\n")
     CRASHES.mkdir(exist_ok=True)
     (CRASHES / f"crash-{hashlib.sha1(data).hexdigest()}").write_bytes(data)
     sys.stderr.flush()

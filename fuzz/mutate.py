@@ -29,11 +29,48 @@ END_MAGIC = b"NKSERDE\x00"
 MAGIC = b"\x89NKSERD\n"
 
 # values that sit on the edges of what a reader checks
-INTS = [0, 1, -1, 2, 7, 63, 64, 65, 255, 4096, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**63 - 1, -(2**63),
-        2**64 - 1, 10**6, 10**12]
+INTS = [
+    0,
+    1,
+    -1,
+    2,
+    7,
+    63,
+    64,
+    65,
+    255,
+    4096,
+    2**31 - 1,
+    2**31,
+    2**32,
+    2**53 + 1,
+    2**63 - 1,
+    -(2**63),
+    2**64 - 1,
+    10**6,
+    10**12,
+]
 ODD = [None, True, 1.5, float("nan"), "", "x", b"\x00", [], {}, [1, 2], {"a": 1}]
-DTYPES = ["float64", "int8", "complex128", "bool", "bfloat16", "int4", "<U1", "object", "O", "float128",
-          "V8", "datetime64[s]", "|S4", ">f8", "float64\x00", "int", "np.float64", "__import__('os')"]
+DTYPES = [
+    "float64",
+    "int8",
+    "complex128",
+    "bool",
+    "bfloat16",
+    "int4",
+    "<U1",
+    "object",
+    "O",
+    "float128",
+    "V8",
+    "datetime64[s]",
+    "|S4",
+    ">f8",
+    "float64\x00",
+    "int",
+    "np.float64",
+    "__import__('os')",
+]
 CODECS = ["raw", "zstd", "gzip", "", "ZSTD", "lz4", None]
 MARKERS = ["@array", "@stacked", "@per_process", "@int", "@complex", "@type", "@version", "@primary"]
 
@@ -46,11 +83,11 @@ def split(data: bytes):
     """(header dict, header offset, version) or None."""
     if len(data) < PREAMBLE.size + TRAILER.size:
         return None
-    offset, length, _digest, end = TRAILER.unpack(data[-TRAILER.size:])
+    offset, length, _digest, end = TRAILER.unpack(data[-TRAILER.size :])
     if end != END_MAGIC or offset + length + TRAILER.size != len(data):
         return None
     try:
-        header = msgpack.unpackb(data[offset:offset + length], raw=False, strict_map_key=False)
+        header = msgpack.unpackb(data[offset : offset + length], raw=False, strict_map_key=False)
     except Exception:
         return None
     if not isinstance(header, dict) or not isinstance(header.get("arrays"), list):
@@ -124,11 +161,11 @@ def weird_shape(header, payload, rng):
     entry = rng.choice(header["arrays"]) if header["arrays"] else None
     if not isinstance(entry, dict):
         return None
-    shape = rng.choice([[-1], [2**62, 2**62], [10**6, 10**6], [0], [], [1] * 64, [2**64 - 1],
-                        [3, -3], "abc", None, [1.5]])
+    shape = rng.choice(
+        [[-1], [2**62, 2**62], [10**6, 10**6], [0], [], [1] * 64, [2**64 - 1], [3, -3], "abc", None, [1.5]]
+    )
     entry["shape"] = shape
-    if rng.random() < 0.5 and "nbytes" in entry and isinstance(shape, list) and all(
-            isinstance(d, int) for d in shape):
+    if rng.random() < 0.5 and "nbytes" in entry and isinstance(shape, list) and all(isinstance(d, int) for d in shape):
         n = 8
         for d in shape:
             n *= d
@@ -157,24 +194,39 @@ def to_blocks(header, payload, rng):
     processes write it), each stored at its own aligned offset with a right
     checksum, then, most of the time, a lie: overlapping, gapped, outside
     the array, duplicated, or many empty blocks. The file becomes format 2."""
-    candidates = [e for e in header["arrays"] if isinstance(e, dict) and e.get("codec") == "raw"
-                  and isinstance(e.get("shape"), list) and e["shape"] and all(
-                      isinstance(d, int) and d > 0 for d in e["shape"])
-                  and isinstance(e.get("offset"), int) and isinstance(e.get("nbytes"), int)]
+    candidates = [
+        e
+        for e in header["arrays"]
+        if isinstance(e, dict)
+        and e.get("codec") == "raw"
+        and isinstance(e.get("shape"), list)
+        and e["shape"]
+        and all(isinstance(d, int) and d > 0 for d in e["shape"])
+        and isinstance(e.get("offset"), int)
+        and isinstance(e.get("nbytes"), int)
+    ]
     if not candidates:
         return None
     entry = rng.choice(candidates)
     i = header["arrays"].index(entry)
     shape, rows = entry["shape"], entry["shape"][0]
     row_bytes = entry["nbytes"] // rows
-    data = payload[entry["offset"]:entry["offset"] + entry["nbytes"]]
+    data = payload[entry["offset"] : entry["offset"] + entry["nbytes"]]
     cut = rng.randint(0, rows)
     blocks = []
     for a, b in ((0, cut), (cut, rows)):
-        chunk = data[a * row_bytes:b * row_bytes]
+        chunk = data[a * row_bytes : b * row_bytes]
         payload += bytes(-len(payload) % 64)
-        blocks.append({"start": [a] + [0] * (len(shape) - 1), "shape": [b - a] + shape[1:],
-                       "offset": len(payload), "stored": len(chunk), "codec": "raw", "checksum": checksum(chunk)})
+        blocks.append(
+            {
+                "start": [a] + [0] * (len(shape) - 1),
+                "shape": [b - a] + shape[1:],
+                "offset": len(payload),
+                "stored": len(chunk),
+                "codec": "raw",
+                "checksum": checksum(chunk),
+            }
+        )
         payload += chunk
     lie = rng.choice(["none", "overlap", "gap", "outside", "duplicate", "empties"])
     if lie == "overlap" and blocks[1]["start"][0] > 0:
@@ -190,7 +242,7 @@ def to_blocks(header, payload, rng):
         blocks += [dict(empty, start=[rng.randrange(rows)] + [0] * (len(shape) - 1)) for _ in range(50)]
     header["arrays"][i] = {"dtype": entry.get("dtype"), "shape": shape, "blocks": blocks}
     header["format_version"] = 2
-    return PREAMBLE.pack(MAGIC, 2, 0) + payload[PREAMBLE.size:]
+    return PREAMBLE.pack(MAGIC, 2, 0) + payload[PREAMBLE.size :]
 
 
 def zstd_size_lies(header, payload, rng):
@@ -202,15 +254,14 @@ def zstd_size_lies(header, payload, rng):
     import zstandard
 
     start, stored = s["offset"], s["stored"]
-    frame = payload[start:start + stored]
+    frame = payload[start : start + stored]
     try:
         content = zstandard.ZstdDecompressor().decompress(frame)
     except Exception:
         return None
     lie = rng.choice([len(content) + 1, len(content) * 2, max(0, len(content) - 1), 0, 2**40, None])
     if lie is None:
-        new = zstandard.ZstdCompressor(level=1, write_content_size=False).compress(
-            content * rng.choice([1, 2, 64]))
+        new = zstandard.ZstdCompressor(level=1, write_content_size=False).compress(content * rng.choice([1, 2, 64]))
     else:
         # a frame that really holds lie bytes (bounded), or one that claims it
         real = content * 2 if lie == len(content) * 2 else content
@@ -233,8 +284,11 @@ def zstd_size_lies(header, payload, rng):
                 return None
             struct.pack_into(fmt, new, at, value)
         new = bytes(new)
-    payload = payload[:start] + new + payload[start + stored:] if len(new) <= stored else (
-        payload + bytes(-len(payload) % 64) + new)
+    payload = (
+        payload[:start] + new + payload[start + stored :]
+        if len(new) <= stored
+        else (payload + bytes(-len(payload) % 64) + new)
+    )
     if len(new) > stored:
         s["offset"] = len(payload) - len(new)
     s["stored"], s["checksum"] = len(new), checksum(new)
@@ -251,11 +305,11 @@ def damaged_payload(header, payload, rng):
     start, stored = s["offset"], s["stored"]
     if start + stored > len(payload):
         return None
-    chunk = bytearray(payload[start:start + stored])
+    chunk = bytearray(payload[start : start + stored])
     for _ in range(rng.randint(1, 4)):
         chunk[rng.randrange(len(chunk))] = rng.randrange(256)
     s["checksum"] = checksum(bytes(chunk))
-    return payload[:start] + bytes(chunk) + payload[start + stored:]
+    return payload[:start] + bytes(chunk) + payload[start + stored :]
 
 
 # --------------------------------------------------------------------------- the tree and the rest
@@ -288,12 +342,18 @@ def mangle_tree(header, payload, rng):
         if choice < 0.25 and "@version" in node:
             node["@version"] = rng.choice([0, 1, 2, 3, 99, -1, "1", None])
         elif choice < 0.4 and "@type" in node:
-            node["@type"] = rng.choice(["netket.vqs.MCState", "jax.random.key", "os.system", "",
-                                        "builtins.eval", node["@type"] + "x"])
+            node["@type"] = rng.choice(
+                ["netket.vqs.MCState", "jax.random.key", "os.system", "", "builtins.eval", node["@type"] + "x"]
+            )
         elif choice < 0.7:
             marker = rng.choice(MARKERS)
-            node[key] = {marker: _value(rng) if rng.random() < 0.6 else rng.choice(
-                [[{"@stacked": 0}], [[]], "123" * 2000, ["1.0", 2], [1.0, 2.0], 0, len(header["arrays"])])}
+            node[key] = {
+                marker: _value(rng)
+                if rng.random() < 0.6
+                else rng.choice(
+                    [[{"@stacked": 0}], [[]], "123" * 2000, ["1.0", 2], [1.0, 2.0], 0, len(header["arrays"])]
+                )
+            }
         elif choice < 0.85:
             deep = None
             for _ in range(rng.choice([100, 400, 500])):
@@ -303,8 +363,9 @@ def mangle_tree(header, payload, rng):
             del node[key]
     elif isinstance(node, list) and node:
         j = rng.randrange(len(node))
-        node[j] = rng.choice([{"@array": rng.choice([0, -1, 1, 10**9])}, {"@per_process": []},
-                              {"@stacked": 0}, _value(rng)])
+        node[j] = rng.choice(
+            [{"@array": rng.choice([0, -1, 1, 10**9])}, {"@per_process": []}, {"@stacked": 0}, _value(rng)]
+        )
     else:
         return None
     return payload
@@ -324,8 +385,19 @@ def change_meta_or_version(header, payload, rng):
     return payload
 
 
-MUTATIONS = [lie_about_a_field, offset_past_the_end, lying_length, weird_shape, bogus_dtype, bogus_codec,
-             to_blocks, zstd_size_lies, damaged_payload, mangle_tree, change_meta_or_version]
+MUTATIONS = [
+    lie_about_a_field,
+    offset_past_the_end,
+    lying_length,
+    weird_shape,
+    bogus_dtype,
+    bogus_codec,
+    to_blocks,
+    zstd_size_lies,
+    damaged_payload,
+    mangle_tree,
+    change_meta_or_version,
+]
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes | None:
@@ -342,7 +414,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes | None:
         if payload is None:
             return None
         if rng.random() < 0.1:  # another preamble version
-            payload = PREAMBLE.pack(MAGIC, rng.choice([0, 1, 2, 3, 2**32 - 1]), 0) + payload[PREAMBLE.size:]
+            payload = PREAMBLE.pack(MAGIC, rng.choice([0, 1, 2, 3, 2**32 - 1]), 0) + payload[PREAMBLE.size :]
         return join(payload, header)
     except (ValueError, TypeError, OverflowError, RecursionError, struct.error):
         return None  # e.g. msgpack cannot pack an int beyond 64 bits

@@ -65,13 +65,15 @@ def read_every_way(path: Path, templates: dict, scratch: Path):
     ``(action, exception)`` for the first exception that is not an
     NkserdeError or FileNotFoundError (a crash)."""
     data = path.read_bytes()
-    actions = (("info", lambda: nkserde.info(path)), ("verify", lambda: nkserde.verify(path)),
-               ("load_state_dict", lambda: nkserde.load_state_dict(path)),
-               ("load", lambda: nkserde.load(_template_for(path, data, templates), path)),
-               ("migrate", lambda: nkserde.migrate(path, scratch / "migrated.nks", overwrite=True)),
-               ("open", lambda: _open_every_key(path)),
-               ("read_index/read_arrays", lambda: (fileformat.read_index(path),
-                                                   list(fileformat.read_arrays(path)))))
+    actions = (
+        ("info", lambda: nkserde.info(path)),
+        ("verify", lambda: nkserde.verify(path)),
+        ("load_state_dict", lambda: nkserde.load_state_dict(path)),
+        ("load", lambda: nkserde.load(_template_for(path, data, templates), path)),
+        ("migrate", lambda: nkserde.migrate(path, scratch / "migrated.nks", overwrite=True)),
+        ("open", lambda: _open_every_key(path)),
+        ("read_index/read_arrays", lambda: (fileformat.read_index(path), list(fileformat.read_arrays(path)))),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, action in actions:

@@ -23,8 +23,7 @@ Public API::
 """
 
 from . import errors
-from .api import (from_state_dict, info, load, load_state_dict, save, save_state_dict,
-                  state_dict, verify)
+from .api import from_state_dict, info, load, load_state_dict, save, save_state_dict, state_dict, verify
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
 from .format.limits import set_load_limits
 from .parts import per_process
@@ -40,7 +39,24 @@ else:  # NetKet 3.21: no callback API to hook a checkpoint into
     from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["Checkpoint", "LoadReport", "PartialLoadWarning",
-           "checkpointed", "errors", "from_state_dict", "info", "load", "load_state_dict",
-           "migrate", "migration", "open", "per_process", "register", "save",
-           "save_state_dict", "set_load_limits", "state_dict", "verify"]
+__all__ = [
+    "Checkpoint",
+    "LoadReport",
+    "PartialLoadWarning",
+    "checkpointed",
+    "errors",
+    "from_state_dict",
+    "info",
+    "load",
+    "load_state_dict",
+    "migrate",
+    "migration",
+    "open",
+    "per_process",
+    "register",
+    "save",
+    "save_state_dict",
+    "set_load_limits",
+    "state_dict",
+    "verify",
+]

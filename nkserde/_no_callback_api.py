@@ -15,7 +15,8 @@ def _refuse(*args, **kwargs):
         f"nkserde.Checkpoint and nkserde.checkpointed need NetKet's callback API "
         f"(netket.callbacks.AbstractCallback: NetKet >= 3.22; >= 3.23 for TDVP); this is "
         f"NetKet {netket.__version__}. "
-        f"nkserde.save(driver, path) and nkserde.load(driver, path) work with this NetKet.")
+        f"nkserde.save(driver, path) and nkserde.load(driver, path) work with this NetKet."
+    )
 
 
 Checkpoint = checkpointed = _refuse

@@ -44,9 +44,14 @@ def installed_version(dist: str) -> str | None:
 
 def _library_versions() -> dict:
     """The versions a file records as its writers'."""
-    return {"nkserde": installed_version("nkserde"), "netket": installed_version("netket"),
-            "jax": jax.__version__, "flax": installed_version("flax"), "numpy": installed_version("numpy"),
-            "python": platform.python_version()}
+    return {
+        "nkserde": installed_version("nkserde"),
+        "netket": installed_version("netket"),
+        "jax": jax.__version__,
+        "flax": installed_version("flax"),
+        "numpy": installed_version("numpy"),
+        "python": platform.python_version(),
+    }
 
 
 def _types(state, found: dict) -> dict:
@@ -175,8 +180,9 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
         path = directory.newest_verified(path)
     if _netket_file(path):
         if at is not None or rename is not None or not strict or report:
-            raise NkserdeError(f"{path}: at=, rename=, strict=False and report= apply to nkserde "
-                               f"files; this is a file NetKet wrote")
+            raise NkserdeError(
+                f"{path}: at=, rename=, strict=False and report= apply to nkserde files; this is a file NetKet wrote"
+            )
         from . import netket_files
 
         return netket_files.load(template, path)
@@ -285,6 +291,7 @@ class OpenFile:
         a read-only ``np.memmap`` where it is stored raw in one block
         (nothing read until used; not checksum-verified, see :meth:`read`),
         else a numpy array read and verified; a subtree as nested dicts."""
+
         def get(node):
             if isinstance(node, fileformat.LazyArray):
                 return node.memmap()
@@ -339,9 +346,12 @@ def info(path) -> dict:
 
 
 def _info(header) -> dict:
-    return {"format_version": header["format_version"], **header["meta"],
-            "n_arrays": len(header["arrays"]),
-            "payload_bytes": _payload_bytes(header["arrays"])}
+    return {
+        "format_version": header["format_version"],
+        **header["meta"],
+        "n_arrays": len(header["arrays"]),
+        "payload_bytes": _payload_bytes(header["arrays"]),
+    }
 
 
 def _payload_bytes(entries) -> int:
@@ -351,8 +361,7 @@ def _payload_bytes(entries) -> int:
         if not isinstance(entry, dict):
             continue
         blocks = entry.get("blocks") if isinstance(entry.get("blocks"), list) else [entry]
-        total += sum(b["stored"] for b in blocks
-                     if isinstance(b, dict) and isinstance(b.get("stored"), int))
+        total += sum(b["stored"] for b in blocks if isinstance(b, dict) and isinstance(b.get("stored"), int))
     return total
 
 
@@ -398,7 +407,7 @@ def contents(path) -> tuple[dict, list[dict]]:
     entries, objects = [], []  # objects: enclosing (path, type, version), innermost last
     try:
         for kind, where, payload, per_process in tree_codec_outline(header["tree"]):
-            while objects and objects[-1][0] != where[:len(objects[-1][0])]:
+            while objects and objects[-1][0] != where[: len(objects[-1][0])]:
                 objects.pop()
             if where and where[-1] in (TYPE, tree.VERSION) and objects and objects[-1][0] == where[:-1]:
                 continue
@@ -406,18 +415,39 @@ def contents(path) -> tuple[dict, list[dict]]:
             if kind == "map":
                 if isinstance(payload.get(TYPE), str):
                     objects.append((where, payload[TYPE], payload.get(tree.VERSION)))
-                    entries.append({"kind": "object", "path": name, "type": payload[TYPE],
-                                    "schema_version": payload.get(tree.VERSION), "per_process": per_process})
+                    entries.append(
+                        {
+                            "kind": "object",
+                            "path": name,
+                            "type": payload[TYPE],
+                            "schema_version": payload.get(tree.VERSION),
+                            "per_process": per_process,
+                        }
+                    )
                 continue
-            owner = {"type": objects[-1][1] if objects else None,
-                     "schema_version": objects[-1][2] if objects else None, "per_process": per_process}
+            owner = {
+                "type": objects[-1][1] if objects else None,
+                "schema_version": objects[-1][2] if objects else None,
+                "per_process": per_process,
+            }
             if kind == "array":
                 if payload >= len(table):
                     raise ValueError(f"array reference {payload} out of range")
                 a = table[payload]
-                entries.append({"kind": "array", "path": name, "dtype": a["dtype"], "shape": a["shape"],
-                                "nbytes": a["nbytes"], "stored_bytes": a["stored"], "codec": "+".join(a["codecs"]),
-                                "blocks": a["blocks"], **owner, "index": payload})
+                entries.append(
+                    {
+                        "kind": "array",
+                        "path": name,
+                        "dtype": a["dtype"],
+                        "shape": a["shape"],
+                        "nbytes": a["nbytes"],
+                        "stored_bytes": a["stored"],
+                        "codec": "+".join(a["codecs"]),
+                        "blocks": a["blocks"],
+                        **owner,
+                        "index": payload,
+                    }
+                )
             else:
                 entries.append({"kind": "value", "path": name, "value": _jsonable(payload), **owner})
     except (ValueError, RecursionError) as exc:

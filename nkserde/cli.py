@@ -72,19 +72,46 @@ class Output:
         column ``indent``."""
         if not self.rich:
             return self.line(text.replace(NBSP, " "))
-        for line in textwrap.wrap(text, width=max(40, self.console.width - 1), subsequent_indent=" " * indent,
-                                  break_on_hyphens=False, break_long_words=False):
+        for line in textwrap.wrap(
+            text,
+            width=max(40, self.console.width - 1),
+            subsequent_indent=" " * indent,
+            break_on_hyphens=False,
+            break_long_words=False,
+        ):
             self.line(line.replace(NBSP, " "))
 
     def table(self, columns, rows, title: str | None = None):
-        table = Table(box=box.SIMPLE_HEAD if self.rich else None, show_edge=False, pad_edge=False,
-                      title=title if self.rich else None, title_justify="left", show_header=True,
-                      header_style="bold" if self.rich else None)
+        table = Table(
+            box=box.SIMPLE_HEAD if self.rich else None,
+            show_edge=False,
+            pad_edge=False,
+            title=title if self.rich else None,
+            title_justify="left",
+            show_header=True,
+            header_style="bold" if self.rich else None,
+        )
         for name in columns:
-            right = name in ("bytes", "size", "step", "differing", "max abs", "max rel", "min", "max", "mean",
-                             "nan", "inf", "time")
-            table.add_column(Text(name), justify="right" if right else "left", overflow="fold",
-                             no_wrap=name in ("path", "checkpoint"))
+            right = name in (
+                "bytes",
+                "size",
+                "step",
+                "differing",
+                "max abs",
+                "max rel",
+                "min",
+                "max",
+                "mean",
+                "nan",
+                "inf",
+                "time",
+            )
+            table.add_column(
+                Text(name),
+                justify="right" if right else "left",
+                overflow="fold",
+                no_wrap=name in ("path", "checkpoint"),
+            )
 
         for row in rows:  # Text: a "[...]" in a path or value is not markup
             table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in row))
@@ -163,8 +190,10 @@ def _file(path: str) -> Path:
 
 
 def _versions(info: dict) -> str:
-    return (f"format {info.get('format_version')}, nkserde {info.get('nkserde')}, NetKet {info.get('netket')}, "
-            f"JAX {info.get('jax')}")
+    return (
+        f"format {info.get('format_version')}, nkserde {info.get('nkserde')}, NetKet {info.get('netket')}, "
+        f"JAX {info.get('jax')}"
+    )
 
 
 # inspect ------------------------------------------------------------------------
@@ -206,24 +235,33 @@ def cmd_inspect(args) -> int:
         _json({"file": str(path), "size": path.stat().st_size, "info": info, "entries": entries})
         return 0
     out = Output()
-    out.line(f"{path}  ({_size(path.stat().st_size)}, {info['n_arrays']} arrays, "
-             f"{_size(info['payload_bytes'])} of array data)", "bold")
-    out.wrapped(f"  written by   nkserde {info.get('nkserde')}, NetKet {info.get('netket')}, JAX {info.get('jax')}, "
-             f"flax {info.get('flax')}, numpy {info.get('numpy')}, Python {info.get('python')}", 15)
+    out.line(
+        f"{path}  ({_size(path.stat().st_size)}, {info['n_arrays']} arrays, "
+        f"{_size(info['payload_bytes'])} of array data)",
+        "bold",
+    )
+    out.wrapped(
+        f"  written by   nkserde {info.get('nkserde')}, NetKet {info.get('netket')}, JAX {info.get('jax')}, "
+        f"flax {info.get('flax')}, numpy {info.get('numpy')}, Python {info.get('python')}",
+        15,
+    )
     out.line(f"  format       {info['format_version']} (this nkserde writes {fileformat.FORMAT_VERSION})")
     out.line(f"  created      {_when(info.get('created'))}")
     out.line(f"  processes    {info.get('process_count')}")
     out.line(f"  root type    {info.get('root_type')}")
     if info.get("migrated_from"):
         m = info["migrated_from"]
-        out.line(f"  migrated     from format {m.get('format_version')} (nkserde {m.get('nkserde')}, "
-                 f"NetKet {m.get('netket')}, created {_when(m.get('created'))})")
+        out.line(
+            f"  migrated     from format {m.get('format_version')} (nkserde {m.get('nkserde')}, "
+            f"NetKet {m.get('netket')}, created {_when(m.get('created'))})"
+        )
     types = info.get("types") or {}
     out.wrapped("  schemas      " + ", ".join(f"{name}{NBSP}{v}" for name, v in sorted(types.items())), 15)
     out.line()
     # in a terminal, a tree: each object's row shows its type (no type column)
-    columns = ["path", "dtype[shape] or type" if out.rich else "dtype[shape]", "bytes", "codec"] + \
-        ([] if out.rich else ["type"])
+    columns = ["path", "dtype[shape] or type" if out.rich else "dtype[shape]", "bytes", "codec"] + (
+        [] if out.rich else ["type"]
+    )
     if args.arrays:
         columns += ["min", "max", "mean", "nan", "inf"]
     rows = []
@@ -242,12 +280,16 @@ def cmd_inspect(args) -> int:
                 row[-1] += pp
         else:
             value = json.dumps(e["value"])
-            row = [label, "= " + (value if len(value) <= 32 else value[:29] + "..."), "", ""] + \
-                ([] if out.rich else [""])
+            row = [label, "= " + (value if len(value) <= 32 else value[:29] + "..."), "", ""] + (
+                [] if out.rich else [""]
+            )
         if args.arrays:
             s = e.get("stats")
-            row += ([_number(s["min"]), _number(s["max"]), _number(s["mean"]), str(s["nan"]), str(s["inf"])]
-                    if s else [""] * 5)
+            row += (
+                [_number(s["min"]), _number(s["max"]), _number(s["mean"]), str(s["nan"]), str(s["inf"])]
+                if s
+                else [""] * 5
+            )
         rows.append(row)
     out.table(columns, rows)
     return 0
@@ -262,9 +304,9 @@ def _labels(entries, tree: bool) -> list[str]:
     labels, stack = [], []  # paths of the enclosing objects
     for e in entries:
         parts = e["path"].split("/")
-        while stack and parts[:len(stack[-1])] != stack[-1]:
+        while stack and parts[: len(stack[-1])] != stack[-1]:
             stack.pop()
-        relative = "/".join(parts[len(stack[-1]):]) if stack else e["path"]
+        relative = "/".join(parts[len(stack[-1]) :]) if stack else e["path"]
         labels.append("  " * len(stack) + relative)
         if e["kind"] == "object":
             stack.append(parts)
@@ -279,8 +321,9 @@ def _verify_targets(paths) -> list[Path]:
     for name in paths:
         p = Path(name)
         if p.is_dir():
-            found = [directory.step_path(d, s) for _, d in directory.checkpoint_directories(p)
-                     for s in directory.steps(d)]
+            found = [
+                directory.step_path(d, s) for _, d in directory.checkpoint_directories(p) for s in directory.steps(d)
+            ]
             files += found or [p]  # an empty directory is reported as a problem
         else:
             files.append(p)
@@ -332,8 +375,11 @@ def cmd_diff(args) -> int:
         s = result[side]
         out.line(f"{side.upper()}: {s['path']}  ({_versions(s['info'])}, created {_when(s['info'].get('created'))})")
         for k in s["kept_versions"]:
-            out.line(f"   {k['path']}: {k['type']} compared at its stored schema version {k['schema_version']} "
-                     "(its migration needs a template)", "yellow")
+            out.line(
+                f"   {k['path']}: {k['type']} compared at its stored schema version {k['schema_version']} "
+                "(its migration needs a template)",
+                "yellow",
+            )
     for side in ("a", "b"):
         for p in result[f"only_in_{side}"]:
             out.line(f"only in {side.upper()}: {p}", "yellow")
@@ -342,12 +388,15 @@ def cmd_diff(args) -> int:
     for c in result["changed_scalars"]:
         out.line(f"value: {c['path']}: {json.dumps(c['a'])} -> {json.dumps(c['b'])}", "yellow")
     if result["changed_values"]:
-        out.table(["path", "dtype[shape]", "differing", "max abs", "max rel"],
-                  [[c["path"], _shape(c), f"{c['differing']}/{c['size']}", _number(c["max_abs"]),
-                    _number(c["max_rel"])] for c in result["changed_values"]],
-                  title=f"arrays whose values differ (atol={args.atol:g}, rtol={args.rtol:g})")
-    n = sum(len(result[k]) for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values",
-                                      "changed_scalars"))
+        out.table(
+            ["path", "dtype[shape]", "differing", "max abs", "max rel"],
+            [
+                [c["path"], _shape(c), f"{c['differing']}/{c['size']}", _number(c["max_abs"]), _number(c["max_rel"])]
+                for c in result["changed_values"]
+            ],
+            title=f"arrays whose values differ (atol={args.atol:g}, rtol={args.rtol:g})",
+        )
+    n = sum(len(result[k]) for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values", "changed_scalars"))
     out.line("same" if result["same"] else f"{n} differences", "green" if result["same"] else "bold red")
     return 0 if result["same"] else 1
 
@@ -389,12 +438,14 @@ def cmd_ls(args) -> int:
             out.line(f"  fingerprint  unreadable: {fp['error']}", "red")
         else:
             f = fp["fields"]
-            keys = [k for k in ("driver", "model", "hilbert", "sampler", "n_samples", "integrator.solver")
-                    if k in f]
+            keys = [k for k in ("driver", "model", "hilbert", "sampler", "n_samples", "integrator.solver") if k in f]
             out.wrapped(f"  fingerprint  {fp['digest']}  (" + ", ".join(f"{k}{NBSP}{f[k]}" for k in keys) + ")", 15)
         dynamics = any(c["time"] is not None for c in run["checkpoints"])
-        columns = ["checkpoint", "step"] + (["time"] if dynamics else []) + ["size", "created", "verifies",
-                                                                            "last logged", "resume"]
+        columns = (
+            ["checkpoint", "step"]
+            + (["time"] if dynamics else [])
+            + ["size", "created", "verifies", "last logged", "resume"]
+        )
         rows = []
         for c in run["checkpoints"]:
             verifies = "-" if c["verifies"] is None else "yes" if c["verifies"] else "NO"
@@ -445,16 +496,26 @@ def cmd_migrate(args) -> int:
     src = _file(args.input)
     if args.in_place and args.output:
         raise CommandError("give OUT or --in-place, not both")
-    dst = src if args.in_place else Path(args.output) if args.output else \
-        src.with_name(f"{src.stem}.migrated{src.suffix}")
+    dst = (
+        src
+        if args.in_place
+        else Path(args.output)
+        if args.output
+        else src.with_name(f"{src.stem}.migrated{src.suffix}")
+    )
     if not args.in_place and dst.exists() and dst.resolve() == src.resolve():
         raise CommandError(f"{src}: OUT is IN; migrate never overwrites IN unless --in-place (which keeps a backup)")
     if not args.in_place and dst.exists() and not args.force:
         raise CommandError(f"{dst}: exists; pass --force to replace it")
     info, changes = _planned_changes(src)
-    result = {"input": str(src), "output": str(dst), "dry_run": args.dry_run, "backup": None,
-              "format_version": {"from": info["format_version"], "to": fileformat.FORMAT_VERSION},
-              "changes": changes}
+    result = {
+        "input": str(src),
+        "output": str(dst),
+        "dry_run": args.dry_run,
+        "backup": None,
+        "format_version": {"from": info["format_version"], "to": fileformat.FORMAT_VERSION},
+        "changes": changes,
+    }
     result["up_to_date"] = not changes and info["format_version"] == fileformat.FORMAT_VERSION
     if args.dry_run:
         current_state_dict(src)  # raises now what the migration would raise
@@ -475,8 +536,10 @@ def cmd_migrate(args) -> int:
         return 0
     out = Output()
     verb = "would rewrite" if args.dry_run else "rewrote"
-    out.line(f"{src}: {verb} at format {fileformat.FORMAT_VERSION} (from {info['format_version']}) "
-             f"-> {dst}" + (f"; backup {result['backup']}" if result["backup"] else ""))
+    out.line(
+        f"{src}: {verb} at format {fileformat.FORMAT_VERSION} (from {info['format_version']}) "
+        f"-> {dst}" + (f"; backup {result['backup']}" if result["backup"] else "")
+    )
     for c in changes:
         rename = f" -> {c['new_type']}" if c["new_type"] != c["type"] else ""
         out.line(f"  {c['type']}{rename}: schema {c['from']} -> {c['to']}")
@@ -500,42 +563,57 @@ def _common(p: argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="nkserde", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        prog="nkserde",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EPILOG,
         description="Inspect, verify, compare, list and migrate nkserde files and checkpoint "
-                    "directories, without writing Python.")
+        "directories, without writing Python.",
+    )
     parser.add_argument("--version", action="version", version=f"nkserde {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    p = sub.add_parser("inspect", help="metadata and the tree of entries of a file (reads the header only)",
-                       description="Metadata (format version, nkserde/NetKet/JAX versions that wrote the file, "
-                                   "creation time, process count, root type, schema versions) and every entry: "
-                                   "path, dtype, shape, bytes on disk, codec, stored type and schema version. "
-                                   "Reads the header only, so a file of any size inspects at once.")
+    p = sub.add_parser(
+        "inspect",
+        help="metadata and the tree of entries of a file (reads the header only)",
+        description="Metadata (format version, nkserde/NetKet/JAX versions that wrote the file, "
+        "creation time, process count, root type, schema versions) and every entry: "
+        "path, dtype, shape, bytes on disk, codec, stored type and schema version. "
+        "Reads the header only, so a file of any size inspects at once.",
+    )
     p.add_argument("file", metavar="FILE", help="an nkserde file (e.g. ckpt/run-0/step-0000000030.nks)")
-    p.add_argument("--arrays", action="store_true",
-                   help="read the arrays too and add min/max/mean and the counts of NaN and inf "
-                        "(complex arrays: min/max of the absolute value)")
+    p.add_argument(
+        "--arrays",
+        action="store_true",
+        help="read the arrays too and add min/max/mean and the counts of NaN and inf "
+        "(complex arrays: min/max of the absolute value)",
+    )
     _common(p)
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("verify", help="check every checksum and the structure; exit 1 if any file fails",
-                       description="Reads each file whole and checks the header, every array checksum and "
-                                   "the structure. Prints one line per file: ok, or the problem. A checkpoint "
-                                   "directory stands for all its checkpoints. Exit 0 when all are good, 1 "
-                                   "otherwise.")
+    p = sub.add_parser(
+        "verify",
+        help="check every checksum and the structure; exit 1 if any file fails",
+        description="Reads each file whole and checks the header, every array checksum and "
+        "the structure. Prints one line per file: ok, or the problem. A checkpoint "
+        "directory stands for all its checkpoints. Exit 0 when all are good, 1 "
+        "otherwise.",
+    )
     p.add_argument("files", metavar="FILE", nargs="+", help="files or checkpoint directories")
     _common(p)
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("diff", help="compare two files; exit 0 same, 1 different, 2 error",
-                       description="Entries present in one file only, entries whose dtype or shape differ, "
-                                   "scalars that differ, and for arrays whose values differ the max absolute "
-                                   "and relative difference and the count of differing elements. Both files "
-                                   "are read at today's schema versions, so files of different format or "
-                                   "schema versions compare. A checkpoint compared with a file of its driver "
-                                   "compares the driver. A directory stands for its newest checkpoint that "
-                                   "verifies. Elements differ where |a - b| > atol + rtol * |b| (NaN equals "
-                                   "NaN). Exit 0 same, 1 different, 2 error.")
+    p = sub.add_parser(
+        "diff",
+        help="compare two files; exit 0 same, 1 different, 2 error",
+        description="Entries present in one file only, entries whose dtype or shape differ, "
+        "scalars that differ, and for arrays whose values differ the max absolute "
+        "and relative difference and the count of differing elements. Both files "
+        "are read at today's schema versions, so files of different format or "
+        "schema versions compare. A checkpoint compared with a file of its driver "
+        "compares the driver. A directory stands for its newest checkpoint that "
+        "verifies. Elements differ where |a - b| > atol + rtol * |b| (NaN equals "
+        "NaN). Exit 0 same, 1 different, 2 error.",
+    )
     p.add_argument("a", metavar="A", help="a file or checkpoint directory")
     p.add_argument("b", metavar="B", help="a file or checkpoint directory")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default: 0, exact)")
@@ -543,22 +621,31 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_diff)
 
-    p = sub.add_parser("ls", help="the checkpoints of a checkpoint directory, and which one a resume loads",
-                       description="For a Checkpoint directory, or each run-<i>/ of a checkpointed(...) "
-                                   "directory: the run's fingerprint and each checkpoint's step (and time, "
-                                   "for TDVP), size, creation time, whether it verifies, the last value of "
-                                   "the main loss its logger history holds (e.g. Energy -10.0053 ± 0.0021), "
-                                   "and the one a resume would load: the newest that verifies.")
+    p = sub.add_parser(
+        "ls",
+        help="the checkpoints of a checkpoint directory, and which one a resume loads",
+        description="For a Checkpoint directory, or each run-<i>/ of a checkpointed(...) "
+        "directory: the run's fingerprint and each checkpoint's step (and time, "
+        "for TDVP), size, creation time, whether it verifies, the last value of "
+        "the main loss its logger history holds (e.g. Energy -10.0053 ± 0.0021), "
+        "and the one a resume would load: the newest that verifies.",
+    )
     p.add_argument("directory", metavar="DIR", help="a checkpoint directory")
-    p.add_argument("--no-verify", action="store_true",
-                   help="do not read the checkpoints whole to verify them (faster; no resume choice)")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="do not read the checkpoints whole to verify them (faster; no resume choice)",
+    )
     _common(p)
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("migrate", help="rewrite a file at today's format and schema versions",
-                       description="Rewrites IN at today's file format and schema versions (nkserde.migrate), "
-                                   "atomically, to OUT (default: <stem>.migrated<suffix> beside IN). Never "
-                                   "overwrites IN unless --in-place, which first copies it to IN.bak.")
+    p = sub.add_parser(
+        "migrate",
+        help="rewrite a file at today's format and schema versions",
+        description="Rewrites IN at today's file format and schema versions (nkserde.migrate), "
+        "atomically, to OUT (default: <stem>.migrated<suffix> beside IN). Never "
+        "overwrites IN unless --in-place, which first copies it to IN.bak.",
+    )
     p.add_argument("input", metavar="IN", help="an nkserde file")
     p.add_argument("output", metavar="OUT", nargs="?", help="where to write")
     p.add_argument("--dry-run", action="store_true", help="list what would change; write nothing")

@@ -81,8 +81,12 @@ def compare_arrays(a: np.ndarray, b: np.ndarray, atol: float, rtol: float) -> di
         delta = np.abs(x - y)
         scale = np.maximum(np.abs(x), np.abs(y))
         rel = np.where(scale > 0, delta / np.where(scale > 0, scale, 1), 0.0)
-    return {"differing": n, "size": int(a.size), "max_abs": _finite_or_text(np.nanmax(delta) if delta.size else 0),
-            "max_rel": _finite_or_text(np.nanmax(rel) if rel.size else 0)}
+    return {
+        "differing": n,
+        "size": int(a.size),
+        "max_abs": _finite_or_text(np.nanmax(delta) if delta.size else 0),
+        "max_rel": _finite_or_text(np.nanmax(rel) if rel.size else 0),
+    }
 
 
 def _finite_or_text(x):
@@ -117,7 +121,9 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
         "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept(k) for k in kb]},
         "only_in_a": [p for p in flat_a if p not in flat_b],
         "only_in_b": [p for p in flat_b if p not in flat_a],
-        "changed_layout": [], "changed_values": [], "changed_scalars": [],
+        "changed_layout": [],
+        "changed_values": [],
+        "changed_scalars": [],
     }
     for p, a in flat_a.items():
         if p not in flat_b:
@@ -125,26 +131,36 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
         b = flat_b[p]
         if _is_array(a) and _is_array(b):
             if a.dtype != b.dtype or a.shape != b.shape:
-                result["changed_layout"].append({"path": p, "a": {"dtype": a.dtype.name, "shape": list(a.shape)},
-                                                 "b": {"dtype": b.dtype.name, "shape": list(b.shape)}})
+                result["changed_layout"].append(
+                    {
+                        "path": p,
+                        "a": {"dtype": a.dtype.name, "shape": list(a.shape)},
+                        "b": {"dtype": b.dtype.name, "shape": list(b.shape)},
+                    }
+                )
             if a.shape == b.shape:
                 d = compare_arrays(a, b, atol, rtol)
                 if d is not None:
-                    result["changed_values"].append({"path": p, "dtype": a.dtype.name, "shape": list(a.shape),
-                                                     **d})
+                    result["changed_values"].append({"path": p, "dtype": a.dtype.name, "shape": list(a.shape), **d})
         elif _is_array(a) or _is_array(b):
             result["changed_layout"].append({"path": p, "a": _layout(a), "b": _layout(b)})
         elif not _scalar_equal(a, b) and not _close_scalars(a, b, atol, rtol):
             result["changed_scalars"].append({"path": p, "a": api._jsonable(a), "b": api._jsonable(b)})
-    result["same"] = not any(result[k] for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values",
-                                                 "changed_scalars"))
+    result["same"] = not any(
+        result[k] for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values", "changed_scalars")
+    )
     return result
 
 
 def _close_scalars(a, b, atol, rtol) -> bool:
     numbers = (int, float, complex)
-    if (atol or rtol) and isinstance(a, numbers) and isinstance(b, numbers) \
-            and not isinstance(a, bool) and not isinstance(b, bool):
+    if (
+        (atol or rtol)
+        and isinstance(a, numbers)
+        and isinstance(b, numbers)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
         return bool(np.isclose(a, b, atol=atol, rtol=rtol, equal_nan=True))
     return False
 

@@ -79,8 +79,9 @@ def newest_verified(directory: Path) -> Path:
         subdirectories = runs(directory)
         if len(subdirectories) > 1:
             names = ", ".join(str(p) for p in subdirectories)
-            raise NkserdeError(f"{directory}: holds the checkpoints of {len(subdirectories)} run() "
-                               f"calls; load one of {names}")
+            raise NkserdeError(
+                f"{directory}: holds the checkpoints of {len(subdirectories)} run() calls; load one of {names}"
+            )
         if subdirectories:
             directory = subdirectories[0]
     found = latest(directory, warn=True)
@@ -163,8 +164,11 @@ def _loss_series(loggers) -> tuple[str, dict] | None:
         history = logger.get("history") if isinstance(logger, dict) else None
         for series in history if isinstance(history, list) else ():
             columns = series.get("columns") if isinstance(series, dict) else None
-            if isinstance(columns, dict) and _ref(columns.get("Mean")) is not None \
-                    and _ref(columns.get("iters")) is not None:
+            if (
+                isinstance(columns, dict)
+                and _ref(columns.get("Mean")) is not None
+                and _ref(columns.get("iters")) is not None
+            ):
                 where = series.get("path")
                 name = "/".join(str(p) for p in where) if isinstance(where, list) and where else "loss"
                 return name, columns
@@ -192,9 +196,14 @@ def _summary(path: Path, header: dict) -> dict:
     driver = tree.get("driver") if isinstance(tree.get("driver"), dict) else tree
     integrator = driver.get("integrator") if isinstance(driver.get("integrator"), dict) else {}
     series = _loss_series(tree.get("loggers"))
-    wanted = [i for i in (_ref(integrator.get("t")), _ref((integrator.get("t") or {}).get("value")
-                                                           if isinstance(integrator.get("t"), dict) else None))
-              if i is not None]
+    wanted = [
+        i
+        for i in (
+            _ref(integrator.get("t")),
+            _ref((integrator.get("t") or {}).get("value") if isinstance(integrator.get("t"), dict) else None),
+        )
+        if i is not None
+    ]
     if series is not None:
         wanted += [i for i in (_ref(series[1].get(k)) for k in ("iters", "Mean", "Sigma")) if i is not None]
     arrays = dict(fileformat.read_arrays(path, sorted(set(wanted))))
@@ -204,12 +213,16 @@ def _summary(path: Path, header: dict) -> dict:
         iters, mean = arrays[_ref(columns["iters"])], arrays[_ref(columns["Mean"])]
         sigma = arrays.get(_ref(columns.get("Sigma")))
         if mean.size and iters.size:
-            loss = {"name": name, "mean": float(np.real(mean.reshape(-1)[-1])),
-                    "error": float(np.real(sigma.reshape(-1)[-1])) if sigma is not None and sigma.size else None,
-                    "at": float(iters.reshape(-1)[-1])}
+            loss = {
+                "name": name,
+                "mean": float(np.real(mean.reshape(-1)[-1])),
+                "error": float(np.real(sigma.reshape(-1)[-1])) if sigma is not None and sigma.size else None,
+                "at": float(iters.reshape(-1)[-1]),
+            }
     completed = tree.get("completed_steps")
     return {
-        "created": meta.get("created"), "process_count": meta.get("process_count"),
+        "created": meta.get("created"),
+        "process_count": meta.get("process_count"),
         "driver": driver.get("@type") if isinstance(driver.get("@type"), str) else meta.get("root_type"),
         "completed_steps": completed if isinstance(completed, int) and not isinstance(completed, bool) else None,
         "time": _number(integrator.get("t"), arrays),
@@ -231,8 +244,14 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
         checkpoints = []
         for step in steps(path):
             file = step_path(path, step)
-            entry = {"file": file.name, "step": step, "size": file.stat().st_size,
-                     "verifies": None, "problem": None, "resume": False}
+            entry = {
+                "file": file.name,
+                "step": step,
+                "size": file.stat().st_size,
+                "verifies": None,
+                "problem": None,
+                "resume": False,
+            }
             if verify:
                 entry["problem"] = problem(file)
                 entry["verifies"] = entry["problem"] is None
@@ -240,12 +259,22 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
                 entry.update(summary(file))
             except (NkserdeError, OSError) as exc:
                 entry["problem"] = entry["problem"] or " ".join(str(exc).split())
-                entry.update(dict.fromkeys(("created", "process_count", "driver", "completed_steps", "time",
-                                            "stopped", "target", "loss")))
+                entry.update(
+                    dict.fromkeys(
+                        ("created", "process_count", "driver", "completed_steps", "time", "stopped", "target", "loss")
+                    )
+                )
             checkpoints.append(entry)
         picked = next((c for c in reversed(checkpoints) if c["verifies"]), None)
         if picked is not None:
             picked["resume"] = True
-        out.append({"directory": str(path), "run": run, "fingerprint": fingerprint_of(path),
-                    "resume": picked["file"] if picked else None, "checkpoints": checkpoints})
+        out.append(
+            {
+                "directory": str(path),
+                "run": run,
+                "fingerprint": fingerprint_of(path),
+                "resume": picked["file"] if picked else None,
+                "checkpoints": checkpoints,
+            }
+        )
     return out

@@ -46,8 +46,9 @@ def _client():
 
     client = distributed.global_state.client
     if client is None:
-        raise RuntimeError("jax.distributed is not initialized: several processes need "
-                           "jax.distributed.initialize() before saving")
+        raise RuntimeError(
+            "jax.distributed is not initialized: several processes need jax.distributed.initialize() before saving"
+        )
     return client
 
 
@@ -76,8 +77,7 @@ class JaxCommunicator:
     def allgather(self, data: bytes) -> list[bytes]:
         key = self._next_key()
         self.client.key_value_set_bytes(f"{key}/{self.rank}", bytes(data))
-        out = [self.client.blocking_key_value_get_bytes(f"{key}/{r}", TIMEOUT_MS)
-               for r in range(self.size)]
+        out = [self.client.blocking_key_value_get_bytes(f"{key}/{r}", TIMEOUT_MS) for r in range(self.size)]
         # everyone has read every value: the keys can go
         self.client.wait_at_barrier(f"{key}/read", TIMEOUT_MS)
         self.client.key_value_delete(f"{key}/{self.rank}")

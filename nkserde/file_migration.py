@@ -60,8 +60,10 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
     meta = {
         **api.new_meta(state, old_meta.get("root_type", "dict")),
         "process_count": old_meta.get("process_count", 1),
-        "migrated_from": {"format_version": header.get("format_version"),
-                          **{k: old_meta.get(k) for k in ("nkserde", "netket", "created")}},
+        "migrated_from": {
+            "format_version": header.get("format_version"),
+            **{k: old_meta.get(k) for k in ("nkserde", "netket", "created")},
+        },
     }
     return fileformat.drain(fileformat.write_file_steps(dst, state, meta))
 

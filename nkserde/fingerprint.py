@@ -59,11 +59,33 @@ _SAMPLED_STATES = 64
 # Everything else a driver holds is described (its operator, optimizer,
 # preconditioner, integrator under their own keys).
 _DRIVER_STATE = {
-    "_variational_state", "_optimizer_state", "_step_count", "_loss_stats", "_loss_stats_online",
-    "_old_updates", "_dp", "_dw", "_loss_grad", "_loss_forces", "_last_qgt", "info", "_timer",
-    "_start_step", "_target_step", "_step_attempt", "_t_start", "_t_end", "_tstops", "_stop_time",
-    "_max_dt", "_is_last_step", "_loss_name", "_unravel_params_fn", "_pytree__node_fields",
-    "_chunk_size_bwd", "target_state",
+    "_variational_state",
+    "_optimizer_state",
+    "_step_count",
+    "_loss_stats",
+    "_loss_stats_online",
+    "_old_updates",
+    "_dp",
+    "_dw",
+    "_loss_grad",
+    "_loss_forces",
+    "_last_qgt",
+    "info",
+    "_timer",
+    "_start_step",
+    "_target_step",
+    "_step_attempt",
+    "_t_start",
+    "_t_end",
+    "_tstops",
+    "_stop_time",
+    "_max_dt",
+    "_is_last_step",
+    "_loss_name",
+    "_unravel_params_fn",
+    "_pytree__node_fields",
+    "_chunk_size_bwd",
+    "target_state",
 }
 _OPERATOR_ATTRIBUTES = ("_ham", "_lind", "_generator", "_operator", "operator")
 _SKIPPED_FIELDS = {"parent", "name", "chunk_size", "_chunk_size_bwd"}  # flax bookkeeping; memory
@@ -78,12 +100,14 @@ def fingerprint(driver) -> dict[str, str]:
     if operator is not None:
         fp["operator"] = _operator_text(operator)
     _state(fp, "", driver.state)
-    settings = {k: v for k, v in vars(driver).items()
-                if k not in _DRIVER_STATE and k not in _OPERATOR_ATTRIBUTES}
+    settings = {k: v for k, v in vars(driver).items() if k not in _DRIVER_STATE and k not in _OPERATOR_ATTRIBUTES}
     for name, value in sorted(settings.items()):
         if name == "_integrator":
-            _flatten(fp, "integrator", {"solver": value._solver, "parameters": value._parameters,
-                                        "adaptive": value.use_adaptive})
+            _flatten(
+                fp,
+                "integrator",
+                {"solver": value._solver, "parameters": value._parameters, "adaptive": value.use_adaptive},
+            )
         elif name == "_preconditioner":
             _flatten(fp, "preconditioner", value, skip={"x0"})  # x0: the warm start, state
         else:
@@ -146,7 +170,8 @@ def _state(fp: dict, prefix: str, vs) -> None:
         fp[f"{prefix}n_discard_per_chain"] = str(vs.n_discard_per_chain)
     leaves = jax.tree_util.tree_leaves_with_path(vs.parameters)
     fp[f"{prefix}parameters"] = "; ".join(
-        f"{jax.tree_util.keystr(p)}: {np.dtype(x.dtype).name}{list(np.shape(x))}" for p, x in leaves)
+        f"{jax.tree_util.keystr(p)}: {np.dtype(x.dtype).name}{list(np.shape(x))}" for p, x in leaves
+    )
 
 
 def _flatten(fp: dict, key: str, value, skip=frozenset(), depth=0, seen=None) -> None:
@@ -207,8 +232,7 @@ def _children(value) -> list[tuple[str, object]]:
     if isinstance(value, (list, tuple)):
         return [(str(i), v) for i, v in enumerate(value)]
     if isinstance(value, functools.partial):
-        return [("func", value.func), *((str(i), a) for i, a in enumerate(value.args)),
-                *sorted(value.keywords.items())]
+        return [("func", value.func), *((str(i), a) for i, a in enumerate(value.args)), *sorted(value.keywords.items())]
     if isinstance(value, types.MethodType):
         return [("function", value.__func__)]
     if isinstance(value, types.FunctionType):
@@ -230,8 +254,7 @@ def _children(value) -> list[tuple[str, object]]:
     if isinstance(fields, Mapping):  # NetKet Pytree
         return [(f, getattr(value, f)) for f in fields if hasattr(value, f)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)
-                if hasattr(value, f.name)]
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value) if hasattr(value, f.name)]
     if hasattr(value, "__dict__") and not callable(value) and not isinstance(value, types.ModuleType):
         return sorted((k, v) for k, v in vars(value).items() if not k.startswith("__"))
     return []

@@ -80,7 +80,8 @@ def load(template, path):
     holds = "an MCState" if "sampler_state" in state else "variational state variables"
     raise TemplateMismatchError(
         f"{path}: a NetKet file ({kind(path)}) holding {holds}; load it into an MCState or "
-        f"FullSumState template, or a variables dict, not a {type(template).__name__}")
+        f"FullSumState template, or a variables dict, not a {type(template).__name__}"
+    )
 
 
 def _read(path: Path):
@@ -96,16 +97,14 @@ def _read(path: Path):
                     raise CorruptFileError(f"{path}: a zip file that is not a NetKet (nqxpack) file")
                 member = next((m for m in _STATE_MEMBERS if m in names), None)
                 if member is None:
-                    raise CorruptFileError(f"{path}: nqxpack file without a state member "
-                                           f"(has {sorted(names)[:6]})")
+                    raise CorruptFileError(f"{path}: nqxpack file without a state member (has {sorted(names)[:6]})")
                 data = z.read(member)
         except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
             raise CorruptFileError(f"{path}: unreadable nqxpack file: {exc}") from None
     try:
         return serialization.msgpack_restore(data)
     except Exception as exc:  # msgpack's errors, flax's ext decoding
-        raise CorruptFileError(f"{path}: not a readable flax msgpack file: "
-                               f"{type(exc).__name__}: {exc}") from None
+        raise CorruptFileError(f"{path}: not a readable flax msgpack file: {type(exc).__name__}: {exc}") from None
 
 
 def _variables(template_variables, file_variables):
@@ -119,8 +118,11 @@ def _variables(template_variables, file_variables):
 def _lists(node, template):
     # flax stores lists as maps with keys "0", "1", ...
     if isinstance(template, (list, tuple)) and isinstance(node, dict):
-        return [_lists(node[str(i)], t) for i, t in enumerate(template)] \
-            if set(node) == {str(i) for i in range(len(template))} else node
+        return (
+            [_lists(node[str(i)], t) for i, t in enumerate(template)]
+            if set(node) == {str(i) for i in range(len(template))}
+            else node
+        )
     if isinstance(template, dict) and isinstance(node, dict):
         return {k: _lists(v, template.get(k)) for k, v in node.items()}
     return node
@@ -159,7 +161,8 @@ def _sampler_state(vs, stored):
     if not isinstance(template, nk.utils.struct.Pytree):
         raise TemplateMismatchError(
             f"{format_path(('sampler_state',))}: {type(template).__name__} (a numpy sampler's "
-            f"state) cannot be taken from a NetKet file; it keeps the template's")
+            f"state) cannot be taken from a NetKet file; it keeps the template's"
+        )
     expected = serialization.to_state_dict(template)
     missing = sorted(set(expected) - set(stored))
     extra = sorted(set(stored) - set(expected))
@@ -167,7 +170,8 @@ def _sampler_state(vs, stored):
         raise TemplateMismatchError(
             f"sampler_state: the file's sampler state has fields {sorted(stored)}, the template's "
             f"{type(template).__name__} {sorted(expected)} (missing in file: {missing}; not in "
-            f"template: {extra})")
+            f"template: {extra})"
+        )
     restored = {}
     for key, value in stored.items():
         want = expected[key]
@@ -178,13 +182,13 @@ def _sampler_state(vs, stored):
         if value.shape != np.shape(want) or value.dtype != np.asarray(want).dtype:
             raise TemplateMismatchError(
                 f"sampler_state/{key}: file has array {value.dtype}{list(value.shape)}, template has "
-                f"{np.asarray(want).dtype}{list(np.shape(want))}")
+                f"{np.asarray(want).dtype}{list(np.shape(want))}"
+            )
         restored[key] = tree.to_device(value, want) if isinstance(want, jax.Array) else value
     new = serialization.from_state_dict(template, restored)
     if getattr(new, "log_prob", None) is not None:
         chains = np.asarray(new.σ)
         log_psi = jax.jit(vs._apply_fun)(vs.variables, chains.reshape(-1, chains.shape[-1]))
         log_prob = vs.sampler.machine_pow * np.asarray(log_psi).real.reshape(chains.shape[:-1])
-        new = new.replace(log_prob=tree.to_device(log_prob.astype(np.asarray(new.log_prob).dtype),
-                                                  new.log_prob))
+        new = new.replace(log_prob=tree.to_device(log_prob.astype(np.asarray(new.log_prob).dtype), new.log_prob))
     return new

@@ -37,6 +37,7 @@ class PartialLoadWarning(UserWarning):
 @dataclasses.dataclass(frozen=True)
 class Entry:
     """One entry kept at the template's value (or, ``unexpected``, not used)."""
+
     path: str
     kind: str  # a key of KINDS
     detail: str = ""
@@ -88,8 +89,9 @@ class LoadReport:
             return head + ", nothing kept at the template's value"
         kept = sum(e.kind != "unexpected" for e in self.entries)
         unused = len(self.entries) - kept
-        return (f"{head}; {kept} kept at the template's value, {unused} in the file not used:\n  "
-                + "\n  ".join(map(str, self.entries)))
+        return f"{head}; {kept} kept at the template's value, {unused} in the file not used:\n  " + "\n  ".join(
+            map(str, self.entries)
+        )
 
     def warn(self, stacklevel: int = 3) -> None:
         """The one warning of the load, if anything was left out."""
@@ -133,7 +135,8 @@ def select(state, at, file="") -> tuple[object, tuple]:
             here = format_path(parts[:i])
             raise NoSuchPathError(
                 f"{file}: no entry {format_path(parts[: i + 1])!r} in the file; entries under "
-                f"{here}: {children(node)[:20]}")
+                f"{here}: {children(node)[:20]}"
+            )
     return node, parts
 
 
@@ -169,8 +172,9 @@ def _rebuild(flat: dict, lists: set, file):
             return node
         node = {k: as_lists(v, path + (k,)) for k, v in node.items()}
         if path in lists and all(k.isdigit() for k in node):
-            return [node[str(i)] for i in range(len(node))] if sorted(map(int, node)) == list(
-                range(len(node))) else node
+            return (
+                [node[str(i)] for i in range(len(node))] if sorted(map(int, node)) == list(range(len(node))) else node
+            )
         return node
 
     return as_lists(root, ())
@@ -190,7 +194,7 @@ def renamer(rename) -> Callable[[str], str]:
         parts = split(path)
         for old, new in table:
             if parts[: len(old)] == old:
-                return format_path(new + parts[len(old):])
+                return format_path(new + parts[len(old) :])
         return path
 
     return fn

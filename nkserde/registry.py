@@ -100,6 +100,7 @@ class Registration:
 
 class Loading(NamedTuple):
     """An object being loaded: its template and its fields restored so far."""
+
     template: Any
     restored: dict
 
@@ -133,8 +134,8 @@ class MigrationContext:
     def needs(self, what: str) -> MigrationError:
         """The error a migration raises when the context lacks ``what``."""
         return MigrationError(
-            f"{format_path(self.path)}: upgrading {self.name} from schema version "
-            f"{self.from_version} needs {what}")
+            f"{format_path(self.path)}: upgrading {self.name} from schema version {self.from_version} needs {what}"
+        )
 
 
 # The objects whose fields are being restored, outermost first (tree.py
@@ -163,10 +164,23 @@ _NOT_REGISTERED = object()
 _RULE_CACHE: dict[type, Any] = {}
 
 
-def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
-             from_state: FromState, subclasses: bool = False, doc: str = "",
-             free_fields=(), dtype_from_file=(), fields=None, optional_fields=(),
-             aliases=(), from_fields=None, override: bool = False) -> Registration:
+def register(
+    cls: type,
+    *,
+    name: str,
+    version: int = 1,
+    to_state: ToState,
+    from_state: FromState,
+    subclasses: bool = False,
+    doc: str = "",
+    free_fields=(),
+    dtype_from_file=(),
+    fields=None,
+    optional_fields=(),
+    aliases=(),
+    from_fields=None,
+    override: bool = False,
+) -> Registration:
     """Registers ``cls`` (and, with ``subclasses=True``, its subclasses that
     have no registration of their own). A type that is already registered
     is refused (two libraries registering one type would silently decide
@@ -178,16 +192,27 @@ def register(cls: type, *, name: str, version: int = 1, to_state: ToState,
     if not isinstance(version, int) or version < 1:
         raise ValueError(f"schema version must be an int >= 1, got {version!r}")
     if cls in _BY_TYPE and not override:
-        raise ValueError(f"{cls.__module__}.{cls.__qualname__} is already registered as "
-                         f"{_BY_TYPE[cls].name!r}; pass override=True to replace it")
+        raise ValueError(
+            f"{cls.__module__}.{cls.__qualname__} is already registered as "
+            f"{_BY_TYPE[cls].name!r}; pass override=True to replace it"
+        )
     other = _BY_NAME.get(name)
     owner = next((t for t, r in _BY_TYPE.items() if r is other), None)
     if other is not None and owner is not None and owner is not cls:
         raise ValueError(f"name {name!r} is already registered for {owner.__qualname__}")
-    reg = Registration(name, version, to_state, from_state, doc, frozenset(free_fields),
-                       frozenset(dtype_from_file), None if fields is None else tuple(fields),
-                       frozenset(optional_fields),
-                       tuple(aliases), from_fields)
+    reg = Registration(
+        name,
+        version,
+        to_state,
+        from_state,
+        doc,
+        frozenset(free_fields),
+        frozenset(dtype_from_file),
+        None if fields is None else tuple(fields),
+        frozenset(optional_fields),
+        tuple(aliases),
+        from_fields,
+    )
     _BY_TYPE[cls] = reg
     _add_name(reg)
     if subclasses and cls not in _SUBCLASS_TYPES:
@@ -246,8 +271,10 @@ def migration(name: str, from_version: int, *, override: bool = False):
 
     def decorate(fn):
         if (name, from_version) in _MIGRATIONS and not override:
-            raise ValueError(f"a migration of {name} from version {from_version} is already "
-                             f"registered; pass override=True to replace it")
+            raise ValueError(
+                f"a migration of {name} from version {from_version} is already "
+                f"registered; pass override=True to replace it"
+            )
         takes_context = len(inspect.signature(fn).parameters) >= 2
         _MIGRATIONS[(name, from_version)] = fn if takes_context else (lambda f, _c: fn(f))
         return fn
@@ -299,8 +326,7 @@ def known_name(name: str) -> bool:
 def snapshot() -> tuple:
     """The registry's current content, for :func:`restore` (tests that
     register types put the registry back as it was)."""
-    return (dict(_BY_TYPE), dict(_BY_NAME), list(_SUBCLASS_TYPES), list(_RULES), dict(_ALIASES),
-            dict(_MIGRATIONS))
+    return (dict(_BY_TYPE), dict(_BY_NAME), list(_SUBCLASS_TYPES), list(_RULES), dict(_ALIASES), dict(_MIGRATIONS))
 
 
 def restore(saved: tuple) -> None:
@@ -316,21 +342,22 @@ def registrations() -> dict[str, Registration]:
     return dict(_BY_NAME)
 
 
-def upgrade(name: str, version: int, fields: dict, current: int, path=(), *,
-            template=None) -> dict:
+def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, template=None) -> dict:
     """Applies the migrations of ``name`` from ``version`` to ``current``;
     ``template`` is the object the fields are being loaded into (None: no
     template, as in :func:`nkserde.migrate`)."""
     if version > current:
         raise UnsupportedVersionError(
             f"{format_path(path)}: {name} has schema version {version} in the file, "
-            f"newer than version {current} known to this nkserde; upgrade nkserde")
+            f"newer than version {current} known to this nkserde; upgrade nkserde"
+        )
     while version < current:
         step = _MIGRATIONS.get((name, version))
         if step is None:
             raise UnsupportedVersionError(
                 f"{format_path(path)}: {name} schema version {version} in the file, "
-                f"current is {current}, and no migration from version {version} is registered")
+                f"current is {current}, and no migration from version {version} is registered"
+            )
         context = MigrationContext(name, version, tuple(path), template, _LOADING.get())
         fields = step(dict(fields), context)
         version += 1
@@ -341,4 +368,5 @@ def unregistered(obj, path) -> UnregisteredTypeError:
     cls = type(obj)
     return UnregisteredTypeError(
         f"{format_path(path)}: no nkserde registration for type "
-        f"{cls.__module__}.{cls.__qualname__}; register it with nkserde.register(...)")
+        f"{cls.__module__}.{cls.__qualname__}; register it with nkserde.register(...)"
+    )

@@ -29,8 +29,11 @@ def current() -> dict:
     for reg in registry.registrations().values():
         if reg.fields is None:
             continue
-        types[reg.name] = {"version": reg.version, "fields": sorted(reg.fields),
-                           "optional": sorted(reg.optional_fields)}
+        types[reg.name] = {
+            "version": reg.version,
+            "fields": sorted(reg.fields),
+            "optional": sorted(reg.optional_fields),
+        }
     return {"format_version": FORMAT_VERSION, "types": dict(sorted(types.items()))}
 
 
@@ -42,26 +45,30 @@ def differences(history: dict, now: dict | None = None) -> list[str]:
     now = current() if now is None else now
     problems = []
     if now["format_version"] not in history["format_versions"]:
-        problems.append(f"file format version {now['format_version']} is not recorded "
-                        f"(recorded: {history['format_versions']}); add it with --update")
+        problems.append(
+            f"file format version {now['format_version']} is not recorded "
+            f"(recorded: {history['format_versions']}); add it with --update"
+        )
     migrations = registry.migrations()
     for name, entry in now["types"].items():
         versions = history["types"].get(name, {})
         recorded = versions.get(str(entry["version"]))
         if recorded is None:
-            problems.append(f"{name} version {entry['version']} is not recorded; add it with "
-                            f"--update (after adding migrations from the older versions)")
+            problems.append(
+                f"{name} version {entry['version']} is not recorded; add it with "
+                f"--update (after adding migrations from the older versions)"
+            )
         elif (recorded["fields"], recorded["optional"]) != (entry["fields"], entry["optional"]):
             added = sorted(set(entry["fields"]) - set(recorded["fields"]))
             removed = sorted(set(recorded["fields"]) - set(entry["fields"]))
             problems.append(
                 f"{name} version {entry['version']}: fields changed without a version bump "
                 f"(added {added}, removed {removed}, optional {recorded['optional']} -> "
-                f"{entry['optional']}): bump the version and register a migration")
+                f"{entry['optional']}): bump the version and register a migration"
+            )
         for older in sorted(int(v) for v in versions):
             if older < entry["version"] and (name, older) not in migrations:
-                problems.append(f"{name}: no migration from recorded version {older} "
-                                f"(current {entry['version']})")
+                problems.append(f"{name}: no migration from recorded version {older} (current {entry['version']})")
     return problems
 
 
@@ -69,18 +76,21 @@ def updated(history: dict, now: dict | None = None) -> dict:
     """``history`` with the versions of ``now`` it lacks added; refuses to
     change a recorded version (that would be a silent schema change)."""
     now = current() if now is None else now
-    out = {"format_versions": sorted(set(history.get("format_versions", [])) | {now["format_version"]}),
-           "types": {name: dict(v) for name, v in history.get("types", {}).items()}}
+    out = {
+        "format_versions": sorted(set(history.get("format_versions", [])) | {now["format_version"]}),
+        "types": {name: dict(v) for name, v in history.get("types", {}).items()},
+    }
     for name, entry in now["types"].items():
         versions = out["types"].setdefault(name, {})
         recorded = versions.get(str(entry["version"]))
         body = {"fields": entry["fields"], "optional": entry["optional"]}
         if recorded is not None and recorded != body:
-            raise SystemExit(f"{name} version {entry['version']} is recorded with other fields: "
-                             f"bump its version instead of changing a recorded one")
+            raise SystemExit(
+                f"{name} version {entry['version']} is recorded with other fields: "
+                f"bump its version instead of changing a recorded one"
+            )
         versions[str(entry["version"])] = body
-    out["types"] = {k: dict(sorted(v.items(), key=lambda kv: int(kv[0])))
-                    for k, v in sorted(out["types"].items())}
+    out["types"] = {k: dict(sorted(v.items(), key=lambda kv: int(kv[0]))) for k, v in sorted(out["types"].items())}
     return out
 
 

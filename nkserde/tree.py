@@ -58,13 +58,14 @@ def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
         return np.asarray(x.addressable_data(0))
     blocks = tuple(
         (tuple(s.start or 0 for s in _full_index(shard.index, x.shape)), np.asarray(shard.data))
-        for shard in x.addressable_shards if shard.replica_id == 0)
+        for shard in x.addressable_shards
+        if shard.replica_id == 0
+    )
     return GlobalArray(tuple(x.shape), np.dtype(x.dtype), blocks)
 
 
 def _full_index(index, shape):
-    return tuple(slice(*s.indices(n)) for s, n in zip(index, shape)) + tuple(
-        slice(0, n) for n in shape[len(index):])
+    return tuple(slice(*s.indices(n)) for s, n in zip(index, shape)) + tuple(slice(0, n) for n in shape[len(index) :])
 
 
 # --------------------------------------------------------------------------- save
@@ -122,7 +123,8 @@ def _check_schema(reg: registry.Registration, fields, path) -> None:
         raise UnregisteredTypeError(
             f"{format_path(path)}: the registration {reg.name} (schema version {reg.version}) "
             f"returned fields {sorted(got)}, its schema declares {sorted(declared)}: a changed "
-            f"schema needs a new version (see docs/schema.md)")
+            f"schema needs a new version (see docs/schema.md)"
+        )
 
 
 def _key(k, path) -> str:
@@ -130,7 +132,8 @@ def _key(k, path) -> str:
     its decimal digits (the template's key gives the int back on load)."""
     if isinstance(k, bool) or not isinstance(k, (str, int)):
         raise UnregisteredTypeError(
-            f"{format_path(path)}: dict key {k!r} of type {type(k).__name__}; keys must be str or int")
+            f"{format_path(path)}: dict key {k!r} of type {type(k).__name__}; keys must be str or int"
+        )
     # str() of an int or str subclass (IntEnum, StrEnum, ...) may not be its
     # value: store the value itself
     s = str.__str__(k) if isinstance(k, str) else int.__repr__(k)
@@ -148,7 +151,8 @@ def _new_key(k, seen: dict, path) -> str:
     if key in seen:
         raise UnregisteredTypeError(
             f"{format_path(path)}: dict keys {seen[key]!r} and {k!r} are both stored as {key!r} "
-            "(int keys are stored as their decimal string): one value would be lost on load")
+            "(int keys are stored as their decimal string): one value would be lost on load"
+        )
     seen[key] = k
     return key
 
@@ -159,8 +163,8 @@ def _check_text(s: str, path, what: str = "string") -> None:
         s.encode("utf-8")
     except UnicodeEncodeError:
         raise UnregisteredTypeError(
-            f"{format_path(path)}: {what} is not valid Unicode text (a lone surrogate); "
-            "store it as bytes") from None
+            f"{format_path(path)}: {what} is not valid Unicode text (a lone surrogate); store it as bytes"
+        ) from None
 
 
 def _check_dtype(dtype, path) -> None:
@@ -168,7 +172,8 @@ def _check_dtype(dtype, path) -> None:
         what = "Python objects" if np.dtype(dtype).hasobject else f"dtype {dtype}"
         raise UnregisteredTypeError(
             f"{format_path(path)}: arrays of {what} cannot be stored (storable dtypes: "
-            f"{', '.join(DTYPES)}; convert strings to bytes or a list of str, dates to int64)")
+            f"{', '.join(DTYPES)}; convert strings to bytes or a list of str, dates to int64)"
+        )
 
 
 def _node(reg: registry.Registration, obj, path) -> dict:
@@ -202,7 +207,8 @@ def _describe(x) -> str:
 def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
     why = f" ({why})" if why else ""
     return TemplateMismatchError(
-        f"{format_path(path)}: file has {_describe(found)}, template has {_describe(template)}{why}")
+        f"{format_path(path)}: file has {_describe(found)}, template has {_describe(template)}{why}"
+    )
 
 
 def restore(template, state, path=(), *, report=None) -> Any:
@@ -254,8 +260,7 @@ def from_state_dict(template, state, path=()) -> Any:
             if fits:
                 return from_state_dict(template.value, state, path)
             state = state.read()
-        return from_state_dict(template.value, _resize(template.value, state, path, template.announce),
-                               path)
+        return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path)
     if isinstance(template, jax.Array) and _is_key_array(template):
         return _restore_node(KEY_REGISTRATION, template, state, path)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
@@ -274,14 +279,17 @@ def from_state_dict(template, state, path=()) -> Any:
             raise mismatch(path, state, template)
         keys = {_key(k, path): k for k in template}
         _check_keys(path, state, keys, template)
-        restored = {k: from_state_dict(template[k], state[s], path + (s,)) if s in state else _unwrap(template[k])
-                    for s, k in keys.items()}
+        restored = {
+            k: from_state_dict(template[k], state[s], path + (s,)) if s in state else _unwrap(template[k])
+            for s, k in keys.items()
+        }
         return restored if type(template) is dict else type(template)(restored)
     if type(template) in (list, tuple):
         if not isinstance(state, list) or len(state) != len(template):
             if _lenient():
-                return _kept(path, "differs", template, f"file has {_describe(state)}, "
-                                                        f"template has {_describe(template)}")
+                return _kept(
+                    path, "differs", template, f"file has {_describe(state)}, template has {_describe(template)}"
+                )
             raise mismatch(path, state, template)
         out = [from_state_dict(t, s, path + (i,)) for i, (t, s) in enumerate(zip(template, state))]
         return out if type(template) is list else tuple(out)
@@ -313,17 +321,20 @@ def _restore_node(reg: registry.Registration, template, state, path):
     if not registry.known_name(name):
         raise UnregisteredTypeError(
             f"{format_path(path)}: the file holds type {name!r}, which has no registration here "
-            f"(the template expects {reg.name})")
+            f"(the template expects {reg.name})"
+        )
     shared = None  # a transfer between kinds: the fields it takes
     if name != reg.name:
         shared = registry.transfer_fields(name, reg.name)
         if not _lenient() or shared is None:
-            hint = (f"; a load of the {sorted(shared)} of one into the other needs strict=False"
-                    if shared is not None else "")
+            hint = (
+                f"; a load of the {sorted(shared)} of one into the other needs strict=False"
+                if shared is not None
+                else ""
+            )
             if _lenient():
                 return _kept(path, "differs", template, f"file has {name}, template has {reg.name}")
-            raise TemplateMismatchError(
-                f"{format_path(path)}: file has {name}, template has {reg.name}{hint}")
+            raise TemplateMismatchError(f"{format_path(path)}: file has {name}, template has {reg.name}{hint}")
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
     fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
@@ -388,15 +399,20 @@ def _restore_per_process(template, state, path):
         raise mismatch(path, state, template, "no saved process values")
     value = from_state_dict(template, state.values[rank % saved], path)
     if rank == 0 and jax.process_count() < saved:
-        warnings.warn(f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
-                      f"{jax.process_count()}: the values of processes {jax.process_count()}.."
-                      f"{saved - 1} are not used", stacklevel=2)
+        warnings.warn(
+            f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
+            f"{jax.process_count()}: the values of processes {jax.process_count()}.."
+            f"{saved - 1} are not used",
+            stacklevel=2,
+        )
     copy = rank // saved
     if copy:
         if derive is None:
-            warnings.warn(f"nkserde: {format_path(path)}: process {rank} reuses the saved value of "
-                          f"process {rank % saved} unchanged (saved by {saved} processes)",
-                          stacklevel=2)
+            warnings.warn(
+                f"nkserde: {format_path(path)}: process {rank} reuses the saved value of "
+                f"process {rank % saved} unchanged (saved by {saved} processes)",
+                stacklevel=2,
+            )
         else:
             value = derive(value, copy)
     return value
@@ -416,8 +432,10 @@ def _resize(template, state, path, announce=True):
     else:
         how = f"keeps all {saved} and fills {wanted - saved} by repeating them"
     if announce:
-        warnings.warn(f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: "
-                      f"the load {how}", stacklevel=2)
+        warnings.warn(
+            f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: the load {how}",
+            stacklevel=2,
+        )
     return state[np.arange(wanted) % saved]
 
 
@@ -434,8 +452,9 @@ def _restore_array(template, state, path):
             state = state.astype(template.dtype)
         else:
             if _lenient():
-                return _kept(path, "differs", template, f"file has {_describe(state)}, "
-                                                        f"template has {_describe(template)}")
+                return _kept(
+                    path, "differs", template, f"file has {_describe(state)}, template has {_describe(template)}"
+                )
             raise mismatch(path, state, template)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
@@ -443,8 +462,7 @@ def _restore_array(template, state, path):
         t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
         if _lenient():
-            return _kept(path, "differs", template, f"file has {_describe(state)}, "
-                                                    f"template has {_describe(template)}")
+            return _kept(path, "differs", template, f"file has {_describe(state)}, template has {_describe(template)}")
         raise mismatch(path, state, template)
     _count()
     if state.dtype != t_dtype:
@@ -564,8 +582,13 @@ def _key_from_state(template, fields):
 
 
 KEY_REGISTRATION = registry.Registration(
-    "jax.random.key", 1, _key_to_state, _key_from_state, fields=("impl", "data"),
-    doc="impl: str, the PRNG implementation name; data: uint32[..., k], the key data")
+    "jax.random.key",
+    1,
+    _key_to_state,
+    _key_from_state,
+    fields=("impl", "data"),
+    doc="impl: str, the PRNG implementation name; data: uint32[..., k], the key data",
+)
 registry.add_builtin(KEY_REGISTRATION)
 
 
@@ -577,8 +600,12 @@ def _namedtuple_rule(cls):
     # namespace is stable, so name optax states by it.
     name = f"optax.{cls.__qualname__}" if top == "optax" else f"{cls.__module__}.{cls.__qualname__}"
     return registry.Registration(
-        name, 1, lambda t: t._asdict(), lambda template, f: type(template)(**f),
-        doc="NamedTuple: one entry per field, in the tuple's own field names")
+        name,
+        1,
+        lambda t: t._asdict(),
+        lambda template, f: type(template)(**f),
+        doc="NamedTuple: one entry per field, in the tuple's own field names",
+    )
 
 
 registry.add_rule(_namedtuple_rule)

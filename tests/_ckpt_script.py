@@ -145,8 +145,7 @@ def main():
         CHECKPOINT = nkserde.Checkpoint(ckpt_dir, **options)
         callbacks.append(CHECKPOINT)
 
-    driver.run(AMOUNT[args.driver], out=str(args.workdir / "out" / "log"), callback=callbacks,
-               show_progress=False)
+    driver.run(AMOUNT[args.driver], out=str(args.workdir / "out" / "log"), callback=callbacks, show_progress=False)
 
     leaves = jax.tree_util.tree_leaves_with_path(driver.state.parameters)
     arrays = {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}

@@ -62,8 +62,9 @@ if os.environ.get("MP_JAX_CACHE"):
     jax.config.update("jax_compilation_cache_dir", os.environ["MP_JAX_CACHE"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=n_processes,
-                           process_id=rank, initialization_timeout=120)
+jax.distributed.initialize(
+    coordinator_address=f"127.0.0.1:{port}", num_processes=n_processes, process_id=rank, initialization_timeout=120
+)
 
 import netket as nk  # noqa: E402
 import numpy as np  # noqa: E402
@@ -72,8 +73,10 @@ from jax.experimental import multihost_utils  # noqa: E402
 import builders  # noqa: E402
 import nkserde  # noqa: E402
 
-warnings.simplefilter("ignore", nk.errors.InsufficientSamplesForSRWarning if hasattr(
-    nk.errors, "InsufficientSamplesForSRWarning") else UserWarning)
+warnings.simplefilter(
+    "ignore",
+    nk.errors.InsufficientSamplesForSRWarning if hasattr(nk.errors, "InsufficientSamplesForSRWarning") else UserWarning,
+)
 
 N_CHAINS = 12
 
@@ -83,11 +86,13 @@ def vmc(n_chains=N_CHAINS):
     sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=n_chains)
     vs = builders.mc_state(sampler=sampler, n_samples=8 * n_chains)
     import optax
+
     return nk.driver.VMC(H, optax.adam(1e-2), variational_state=vs)
 
 
 def tdvp():
     import netket.experimental as nkx
+
     _, hilbert, H = builders.system()
     sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=N_CHAINS)
     vs = builders.mc_state(sampler=sampler, n_samples=8 * N_CHAINS)
@@ -164,8 +169,12 @@ def main():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             s = nkserde.load(state.sampler_state, rest[0])
-        np.savez(workdir / f"rank-{rank}.npz", chains=s.σ, rng=np.asarray(s.rng.integers(0, 2**62, 4)),
-                 warned=np.asarray([str(w.message) for w in caught] or [""]))
+        np.savez(
+            workdir / f"rank-{rank}.npz",
+            chains=s.σ,
+            rng=np.asarray(s.rng.integers(0, 2**62, 4)),
+            warned=np.asarray([str(w.message) for w in caught] or [""]),
+        )
     elif action == "ckpt":
         checkpointed_run(rest[0], int(rest[1]), rest[2])
     elif action == "own-blocks":
@@ -184,9 +193,12 @@ def own_blocks(file):
 
     mesh = Mesh(jax.devices(), ("S",))
     host = np.random.default_rng(0).integers(0, 256, (1024, 4096), dtype=np.uint8)  # raw: incompressible
-    state = {"chains": jax.make_array_from_callback(host.shape, NamedSharding(mesh, PartitionSpec("S")),
-                                                    lambda idx: host[idx]),
-             "params": np.random.default_rng(1).normal(size=1000)}
+    state = {
+        "chains": jax.make_array_from_callback(
+            host.shape, NamedSharding(mesh, PartitionSpec("S")), lambda idx: host[idx]
+        ),
+        "params": np.random.default_rng(1).normal(size=1000),
+    }
     nkserde.save(state, file)
     multihost_utils.sync_global_devices("saved")
 
@@ -197,10 +209,17 @@ def own_blocks(file):
     before = rchar()
     loaded = nkserde.load(state, file)
     read = rchar() - before
-    same = all(np.array_equal(a.data, b.data) for a, b in zip(loaded["chains"].addressable_shards,
-                                                              state["chains"].addressable_shards))
-    np.savez(workdir / f"rank-{rank}.npz", read=read, same=same, size=os.path.getsize(file),
-             params=np.array_equal(loaded["params"], state["params"]))
+    same = all(
+        np.array_equal(a.data, b.data)
+        for a, b in zip(loaded["chains"].addressable_shards, state["chains"].addressable_shards)
+    )
+    np.savez(
+        workdir / f"rank-{rank}.npz",
+        read=read,
+        same=same,
+        size=os.path.getsize(file),
+        params=np.array_equal(loaded["params"], state["params"]),
+    )
 
 
 class Interrupt(nk.callbacks.AbstractCallback):
@@ -228,14 +247,15 @@ class Interrupt(nk.callbacks.AbstractCallback):
 
 
 def checkpointed_run(name, steps, how):
-    driver = nkserde.checkpointed(BUILD[name](), workdir / "ckpt", every=2,
-                                  async_save=not how.startswith("kill"))
+    driver = nkserde.checkpointed(BUILD[name](), workdir / "ckpt", every=2, async_save=not how.startswith("kill"))
     callbacks = [] if how == "run" else [Interrupt(how)]
-    driver.run(amount(name, steps), out=str(workdir / "out" / "log"), callback=callbacks,
-               show_progress=False)
+    driver.run(amount(name, steps), out=str(workdir / "out" / "log"), callback=callbacks, show_progress=False)
     ckpt = driver.last_checkpoint
-    report(driver, resumed_from=np.asarray(-1 if ckpt.resumed_from is None else ckpt.resumed_from),
-           interrupted=np.asarray(str(ckpt.interrupted)))
+    report(
+        driver,
+        resumed_from=np.asarray(-1 if ckpt.resumed_from is None else ckpt.resumed_from),
+        interrupted=np.asarray(str(ckpt.interrupted)),
+    )
 
 
 def save_failing(file, failing_rank, how):
@@ -250,6 +270,7 @@ def save_failing(file, failing_rank, how):
     before = file.read_bytes() if rank == 0 else b""
     code = getattr(errno, how)
     if rank == failing_rank:
+
         def fail(*args, **kwargs):
             raise OSError(code, os.strerror(code))
 
@@ -280,15 +301,20 @@ def save_failing(file, failing_rank, how):
     multihost_utils.sync_global_devices("after the failed save")
     same = file.read_bytes() == before if rank == 0 else True
     temps = [p.name for p in file.parent.iterdir() if p.name.endswith(".nkserde-tmp")]
-    np.savez(workdir / f"rank-{rank}.npz", error=np.asarray(error), unchanged=np.asarray(same),
-             temps=np.asarray(temps or [""]))
+    np.savez(
+        workdir / f"rank-{rank}.npz",
+        error=np.asarray(error),
+        unchanged=np.asarray(same),
+        temps=np.asarray(temps or [""]),
+    )
     nkserde.verify(file)
 
 
 def numpy_state():
     _, hilbert, _ = builders.system()
-    return builders.mc_state(sampler=nk.sampler.MetropolisLocalNumpy(hilbert, n_chains=4 * n_processes),
-                             n_samples=32 * n_processes)
+    return builders.mc_state(
+        sampler=nk.sampler.MetropolisLocalNumpy(hilbert, n_chains=4 * n_processes), n_samples=32 * n_processes
+    )
 
 
 if __name__ == "__main__":

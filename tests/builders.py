@@ -27,8 +27,9 @@ def mc_state(sampler=None, model=None, n_samples=64, seed=0, sampler_seed=1, **k
     _, hilbert, _ = system()
     sampler = sampler or nk.sampler.MetropolisLocal(hilbert, n_chains=8)
     model = model or nk.models.RBM(alpha=1, param_dtype=float)
-    return nk.vqs.MCState(sampler, model, n_samples=n_samples, seed=seed,
-                          sampler_seed=sampler_seed, n_discard_per_chain=2, **kw)
+    return nk.vqs.MCState(
+        sampler, model, n_samples=n_samples, seed=seed, sampler_seed=sampler_seed, n_discard_per_chain=2, **kw
+    )
 
 
 def full_sum_state():
@@ -94,9 +95,9 @@ def assert_differs(a, b):
     la, lb = leaves(a), leaves(b)
     assert len(la) == len(lb)
     assert any(
-        (isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or
-        (not isinstance(x, np.ndarray) and x != y)
-        for x, y in zip(la, lb))
+        (isinstance(x, np.ndarray) and x.tobytes() != y.tobytes()) or (not isinstance(x, np.ndarray) and x != y)
+        for x, y in zip(la, lb)
+    )
 
 
 def assert_same_leaves(la, lb):
@@ -131,6 +132,7 @@ def params_bytes(driver):
 
 # NetKet 3.21 has no callback API (and nkserde no Checkpoint there)
 if hasattr(nk.callbacks, "AbstractCallback"):
+
     class CrashAt(nk.callbacks.AbstractCallback):
         """Raises at the start of step ``at``, like a job killed between steps."""
 
@@ -154,8 +156,12 @@ def crash_then_resume(build, directory, n_steps, crash_at, make_out=lambda: None
     import nkserde
 
     with pytest.raises(RuntimeError, match="crash"):
-        build().run(n_steps, out=make_out(), show_progress=False,
-                    callback=[nkserde.Checkpoint(directory, **options), CrashAt(crash_at)])
+        build().run(
+            n_steps,
+            out=make_out(),
+            show_progress=False,
+            callback=[nkserde.Checkpoint(directory, **options), CrashAt(crash_at)],
+        )
     ckpt = nkserde.Checkpoint(directory, **options)
     driver, out = build(), make_out()
     driver.run(n_steps, out=out, show_progress=False, callback=ckpt)
@@ -173,8 +179,7 @@ def infidelity(target="mc", **kw):
         tgt = mc_state(seed=5, sampler_seed=7)
     else:
         tgt = nk.vqs.FullSumState(hilbert, nk.models.RBM(alpha=1, param_dtype=float), seed=3)
-    return nk.driver.Infidelity_SR(tgt, optax.sgd(1e-2), variational_state=mc_state(),
-                                   diag_shift=0.1, **kw)
+    return nk.driver.Infidelity_SR(tgt, optax.sgd(1e-2), variational_state=mc_state(), diag_shift=0.1, **kw)
 
 
 def steady_state(n_sites=3, preconditioner=None):
@@ -189,9 +194,15 @@ def steady_state(n_sites=3, preconditioner=None):
         jumps.append(nk.operator.spin.sigmam(hilbert, i))
     lind = nk.operator.LocalLiouvillian(ham, jumps)
     vs = nk.vqs.MCMixedState(
-        nk.sampler.MetropolisLocal(lind.hilbert, n_chains=8), nk.models.NDM(),
+        nk.sampler.MetropolisLocal(lind.hilbert, n_chains=8),
+        nk.models.NDM(),
         sampler_diag=nk.sampler.MetropolisLocal(hilbert, n_chains=8),
-        n_samples=64, n_samples_diag=64, seed=0, sampler_seed=1, n_discard_per_chain=2)
+        n_samples=64,
+        n_samples_diag=64,
+        seed=0,
+        sampler_seed=1,
+        n_discard_per_chain=2,
+    )
     kw = {} if preconditioner is None else {"preconditioner": preconditioner}
     return nk.driver.SteadyState(lind, optax.sgd(1e-2), variational_state=vs, **kw)
 
@@ -207,16 +218,16 @@ def tdvp_imag(integrator="RK4", schmitt=False, exact=True, dt=0.01, driver_kw=No
     step and the adaptive integrators reject and resize steps. ``kw`` go to
     the integrator, ``driver_kw`` to the driver."""
     _, hilbert, H = system()
-    model = nk.models.RBM(alpha=1, param_dtype=float, kernel_init=_INIT_0_3,
-                          hidden_bias_init=_INIT_0_3, visible_bias_init=_INIT_0_3)
+    model = nk.models.RBM(
+        alpha=1, param_dtype=float, kernel_init=_INIT_0_3, hidden_bias_init=_INIT_0_3, visible_bias_init=_INIT_0_3
+    )
     if exact:
         vs = nk.vqs.FullSumState(hilbert, model, seed=0)
     else:
         vs = mc_state(model=model, n_samples=64)
     solver = getattr(nkx.dynamics, integrator)(dt=dt, **kw)
     cls = nkx.driver.TDVPSchmitt if schmitt else nkx.TDVP
-    return cls(H, variational_state=vs, ode_solver=solver, propagation_type="imag",
-               **(driver_kw or {}))
+    return cls(H, variational_state=vs, ode_solver=solver, propagation_type="imag", **(driver_kw or {}))
 
 
 def json_differences(got, want, path="") -> list[str]:

@@ -22,8 +22,15 @@ WORKER = Path(__file__).with_name("_mp_worker.py")
 TIMEOUT = 240  # seconds for a whole group
 
 
-def launch(n: int, args, *, jax_cache: Path | None = None, timeout: float = TIMEOUT,
-           env: dict | None = None, expect_failure: bool = False) -> list[str]:
+def launch(
+    n: int,
+    args,
+    *,
+    jax_cache: Path | None = None,
+    timeout: float = TIMEOUT,
+    env: dict | None = None,
+    expect_failure: bool = False,
+) -> list[str]:
     """Runs the worker in ``n`` processes; returns their outputs (rank
     order). Raises AssertionError if one fails (or, with
     ``expect_failure``, if none does) or the group times out."""
@@ -31,10 +38,17 @@ def launch(n: int, args, *, jax_cache: Path | None = None, timeout: float = TIME
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if jax_cache is not None:
         environ["MP_JAX_CACHE"] = str(jax_cache)
-    procs = [subprocess.Popen([sys.executable, str(WORKER), str(r), str(n), str(port), *map(str, args)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ,
-                              cwd=str(Path(__file__).parent))
-             for r in range(n)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(r), str(n), str(port), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=environ,
+            cwd=str(Path(__file__).parent),
+        )
+        for r in range(n)
+    ]
     deadline = time.monotonic() + timeout
     outputs = [""] * n
     timed_out = False
@@ -50,8 +64,7 @@ def launch(n: int, args, *, jax_cache: Path | None = None, timeout: float = TIME
         for r, p in enumerate(procs):
             outputs[r] = outputs[r] or p.communicate()[0]
     codes = [p.returncode for p in procs]
-    report = "\n".join(f"--- process {r} (exit {c}):\n{o[-6000:]}" for r, (c, o) in
-                       enumerate(zip(codes, outputs)))
+    report = "\n".join(f"--- process {r} (exit {c}):\n{o[-6000:]}" for r, (c, o) in enumerate(zip(codes, outputs)))
     if timed_out:
         raise AssertionError(f"{n} processes {list(args)} timed out after {timeout} s\n{report}")
     if expect_failure:

@@ -42,8 +42,7 @@ def test_kill_during_save_keeps_previous_file(tmp_path):
     nkserde.save({"a": np.full(1000, 1.0), "b": np.full(1000, 1.0)}, target)
     before = target.read_bytes()
 
-    proc = subprocess.Popen([sys.executable, "-c", _CRASHING_SAVE, str(target)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", _CRASHING_SAVE, str(target)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "writing"
         assert len(_temps(tmp_path)) == 1  # the partial temp file exists...

@@ -46,8 +46,7 @@ def reference():
 
 
 def _crash_then_resume(tmp_path, crash_at, **options):
-    return B.crash_then_resume(B.vmc, tmp_path, N_STEPS, crash_at, make_out=nk.logging.RuntimeLog,
-                               **options)
+    return B.crash_then_resume(B.vmc, tmp_path, N_STEPS, crash_at, make_out=nk.logging.RuntimeLog, **options)
 
 
 @pytest.mark.parametrize("async_save", [False, True])
@@ -128,15 +127,13 @@ def test_resume_never_moves_old_checkpoints_aside(tmp_path):
     driver.run(1, out=None, show_progress=False, callback=ckpt)
     assert ckpt.resumed_from is None and driver.step_count == 1
     (old,) = tmp_path.glob("previous-*")
-    assert sorted(p.name for p in old.iterdir()) == ["fingerprint.json", "step-0000000001.nks",
-                                                     "step-0000000002.nks"]
+    assert sorted(p.name for p in old.iterdir()) == ["fingerprint.json", "step-0000000001.nks", "step-0000000002.nks"]
     assert ckpt.steps() == [1]
 
 
 def test_resume_must_fails_without_checkpoint(tmp_path):
     with pytest.raises(NkserdeError, match="nothing to resume|no checkpoint"):
-        B.vmc().run(1, out=None, show_progress=False,
-                    callback=nkserde.Checkpoint(tmp_path, resume="must"))
+        B.vmc().run(1, out=None, show_progress=False, callback=nkserde.Checkpoint(tmp_path, resume="must"))
 
 
 def test_retention_keeps_newest_and_every_kth(tmp_path):
@@ -187,11 +184,11 @@ def test_stateful_callbacks_are_restored(tmp_path):
 
     first = make()
     with pytest.raises(RuntimeError):
-        B.vmc().run(N_STEPS, out=None, show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path, every=1), first, CrashAt(4)])
+        B.vmc().run(
+            N_STEPS, out=None, show_progress=False, callback=[nkserde.Checkpoint(tmp_path, every=1), first, CrashAt(4)]
+        )
     resumed = make()
-    B.vmc().run(N_STEPS, out=None, show_progress=False,
-                callback=[nkserde.Checkpoint(tmp_path, every=1), resumed])
+    B.vmc().run(N_STEPS, out=None, show_progress=False, callback=[nkserde.Checkpoint(tmp_path, every=1), resumed])
     for field in ("_best_val", "_best_iter", "_best_patience_counter"):
         assert getattr(resumed, field) == getattr(straight, field), field
     assert straight._best_patience_counter == N_STEPS - 1  # the state really evolved
@@ -226,8 +223,12 @@ def test_tdvp_resume_uses_time(tmp_path):
 
     first = make()
     with pytest.raises(RuntimeError):
-        first.run(0.05, out=nk.logging.RuntimeLog(), show_progress=False,
-                  callback=[nkserde.Checkpoint(tmp_path, every=1), CrashAt(3)])
+        first.run(
+            0.05,
+            out=nk.logging.RuntimeLog(),
+            show_progress=False,
+            callback=[nkserde.Checkpoint(tmp_path, every=1), CrashAt(3)],
+        )
     resumed, rlog = make(), nk.logging.RuntimeLog()
     ckpt = nkserde.Checkpoint(tmp_path, every=1)
     resumed.run(0.05, out=rlog, show_progress=False, callback=ckpt)
@@ -244,11 +245,11 @@ def test_state_log_keeps_its_states_and_continues_numbering(tmp_path):
 
     B.vmc().run(5, out=log("ref"), show_progress=False)
     with pytest.raises(RuntimeError):
-        B.vmc().run(5, out=log("run"), show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(3)])
+        B.vmc().run(
+            5, out=log("run"), show_progress=False, callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(3)]
+        )
     # "write" mode would wipe the folder at its first save: a resumed log must not
-    B.vmc().run(5, out=log("run"), show_progress=False,
-                callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
+    B.vmc().run(5, out=log("run"), show_progress=False, callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
     ref = sorted(p.name for p in (tmp_path / "ref").iterdir())
     assert ref == [f"{i}.mpack" for i in range(5)]
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ref
@@ -267,12 +268,15 @@ def test_hdf5_log_is_cut_back_to_the_checkpoint_and_appended(tmp_path):
 
     B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "ref")), show_progress=False)
     with pytest.raises(RuntimeError):
-        B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "run")), show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(5)])
+        B.vmc().run(
+            N_STEPS,
+            out=nk.logging.HDF5Log(str(tmp_path / "run")),
+            show_progress=False,
+            callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(5)],
+        )
     # mode "write" (the default) would truncate the file: the resumed log appends instead
     ckpt = nkserde.Checkpoint(tmp_path / "ck", every=2)
-    B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "run")), show_progress=False,
-                callback=ckpt)
+    B.vmc().run(N_STEPS, out=nk.logging.HDF5Log(str(tmp_path / "run")), show_progress=False, callback=ckpt)
     assert ckpt.resumed_from == 5
     ref, run = read(tmp_path / "ref.h5"), read(tmp_path / "run.h5")
     assert sorted(ref) == sorted(run)
@@ -309,11 +313,11 @@ def test_loading_an_hdf5_log_leaves_its_file_alone_until_a_run_resumes(tmp_path)
 def test_tensorboard_log_purges_steps_after_the_checkpoint(tmp_path):
     first = nk.logging.TensorBoardLog(logdir=str(tmp_path / "tb"))
     with pytest.raises(RuntimeError):
-        B.vmc().run(N_STEPS, out=first, show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(5)])
+        B.vmc().run(
+            N_STEPS, out=first, show_progress=False, callback=[nkserde.Checkpoint(tmp_path / "ck", every=2), CrashAt(5)]
+        )
     second = nk.logging.TensorBoardLog(logdir=str(tmp_path / "tb"))
-    B.vmc().run(N_STEPS, out=second, show_progress=False,
-                callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
+    B.vmc().run(N_STEPS, out=second, show_progress=False, callback=nkserde.Checkpoint(tmp_path / "ck", every=2))
     assert second._init_kwargs["purge_step"] == 5  # the checkpoint had logged steps 0..4
 
 
@@ -324,8 +328,12 @@ def _crash_then_resume_logging_to(tmp_path, make_logger, between=lambda: None):
     loggers."""
     first_log = make_logger()
     with pytest.raises(RuntimeError, match="crash"):
-        B.vmc().run(N_STEPS, out=first_log, show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path / "ckpt", every=2), CrashAt(3)])
+        B.vmc().run(
+            N_STEPS,
+            out=first_log,
+            show_progress=False,
+            callback=[nkserde.Checkpoint(tmp_path / "ckpt", every=2), CrashAt(3)],
+        )
     between()
     second_log = make_logger()
     ckpt = nkserde.Checkpoint(tmp_path / "ckpt", every=2)
@@ -342,8 +350,8 @@ def test_mlflow_log_continues_the_same_tracking_run(tmp_path, reference, monkeyp
     monkeypatch.setenv("MLFLOW_TRACKING_URI", (tmp_path / "mlruns").as_uri())
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 prefers a database
     first, second = _crash_then_resume_logging_to(
-        tmp_path, lambda: nk.logging.MLFlowLog(experiment_name="ising", save_params=False),
-        between=mlflow.end_run)  # what the killed process's exit does
+        tmp_path, lambda: nk.logging.MLFlowLog(experiment_name="ising", save_params=False), between=mlflow.end_run
+    )  # what the killed process's exit does
     run_id = first._run.info.run_id
     assert second._run.info.run_id == run_id
     mlflow.end_run()
@@ -374,9 +382,10 @@ def test_wandb_log_continues_the_same_tracking_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     monkeypatch.setenv("WANDB_SILENT", "true")
     first, second = _crash_then_resume_logging_to(
-        tmp_path, lambda: nk.logging.WandbLog(project="ising", save_params=False,
-                                              save_final_state=False),
-        between=_finish_wandb_run)
+        tmp_path,
+        lambda: nk.logging.WandbLog(project="ising", save_params=False, save_final_state=False),
+        between=_finish_wandb_run,
+    )
     run_id = first._run.id
     assert second._run.id == run_id
     assert second._old_step == N_STEPS - 1

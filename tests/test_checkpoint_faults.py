@@ -46,7 +46,8 @@ def full_disk_at(monkeypatch):
 
 @pytest.mark.parametrize("async_save", [False, True])
 def test_a_full_disk_costs_those_checkpoints_not_the_run_nor_the_last_good_one(
-        tmp_path, full_disk_at, reference, async_save):
+    tmp_path, full_disk_at, reference, async_save
+):
     full_disk_at.update({4, 6})
     ckpt = nkserde.Checkpoint(tmp_path, every=2, keep=1, async_save=async_save)
     driver = B.vmc()

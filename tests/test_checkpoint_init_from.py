@@ -16,8 +16,9 @@ import nkserde
 
 def _vmc_at(h, state=None):
     graph, hilbert, _ = B.system()
-    return nk.driver.VMC(nk.operator.Ising(hilbert, graph, h=h), optax.adam(1e-2),
-                         variational_state=state or B.mc_state())
+    return nk.driver.VMC(
+        nk.operator.Ising(hilbert, graph, h=h), optax.adam(1e-2), variational_state=state or B.mc_state()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +51,11 @@ def test_the_next_point_of_a_sweep_starts_from_the_previous_one(tmp_path, previo
 def test_a_restart_resumes_its_own_checkpoints_not_the_source(tmp_path, previous_point):
     source, _ = previous_point
     with pytest.raises(RuntimeError, match="crash"):
-        _vmc_at(2.0).run(4, show_progress=False,
-                         callback=[nkserde.Checkpoint(tmp_path, every=1, init_from=source), B.CrashAt(2)])
+        _vmc_at(2.0).run(
+            4, show_progress=False, callback=[nkserde.Checkpoint(tmp_path, every=1, init_from=source), B.CrashAt(2)]
+        )
     straight = _vmc_at(2.0)
-    straight.run(4, callback=nkserde.Checkpoint(tmp_path / "straight", every=1, init_from=source),
-                 show_progress=False)
+    straight.run(4, callback=nkserde.Checkpoint(tmp_path / "straight", every=1, init_from=source), show_progress=False)
     again = nkserde.Checkpoint(tmp_path, every=1, init_from=source)
     driver = _vmc_at(2.0)
     driver.run(4, callback=again, show_progress=False)
@@ -74,5 +75,6 @@ def test_an_exact_check_starts_from_the_mcstate(tmp_path, previous_point):
 
 def test_a_bad_source_names_the_run_and_the_source(tmp_path):
     with pytest.raises(nkserde.errors.NkserdeError, match=f"{tmp_path / 'run'}.*init_from="):
-        _vmc_at(2.0).run(1, show_progress=False,
-                         callback=nkserde.Checkpoint(tmp_path / "run", init_from=tmp_path / "none"))
+        _vmc_at(2.0).run(
+            1, show_progress=False, callback=nkserde.Checkpoint(tmp_path / "run", init_from=tmp_path / "none")
+        )

@@ -60,8 +60,13 @@ class Process:
 
     def __init__(self, args, env, cwd):
         self.popen = subprocess.Popen(
-            [sys.executable, str(SCRIPT), *map(str, args)], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+            [sys.executable, str(SCRIPT), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=cwd,
+        )
         self.deadline = time.monotonic() + TIMEOUT
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
@@ -126,8 +131,7 @@ class Process:
 
 class Runner:
     def __init__(self, jax_cache: Path):
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu",
-                    "CKPT_JAX_CACHE": str(jax_cache)}
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "CKPT_JAX_CACHE": str(jax_cache)}
         self.processes: list[Process] = []
 
     def start(self, driver, workdir, *options, env=None) -> Process:

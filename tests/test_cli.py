@@ -60,8 +60,12 @@ def inputs(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     # a Checkpoint directory of a VMC run: steps 2, 4, 6
     driver = builders.vmc()
-    driver.run(6, out=nk.logging.RuntimeLog(), show_progress=False,
-               callback=nkserde.Checkpoint(root / "vmc", every=2, async_save=False))
+    driver.run(
+        6,
+        out=nk.logging.RuntimeLog(),
+        show_progress=False,
+        callback=nkserde.Checkpoint(root / "vmc", every=2, async_save=False),
+    )
     nkserde.save(driver, root / "driver.nks")  # the driver alone, as the step-6 checkpoint holds it
     # the same directory with its newest checkpoint damaged
     shutil.copytree(root / "vmc", root / "damaged-dir")
@@ -92,9 +96,13 @@ def test_help_is_complete():
     for command in ("inspect", "verify", "diff", "ls", "migrate"):
         assert command in text
     sub = next(a for a in parser._actions if a.dest == "command").choices
-    for command, options in (("inspect", ["--arrays", "--json", "--debug"]), ("verify", ["--json"]),
-                             ("diff", ["--atol", "--rtol", "--json"]), ("ls", ["--no-verify", "--json"]),
-                             ("migrate", ["--dry-run", "--in-place", "--json"])):
+    for command, options in (
+        ("inspect", ["--arrays", "--json", "--debug"]),
+        ("verify", ["--json"]),
+        ("diff", ["--atol", "--rtol", "--json"]),
+        ("ls", ["--no-verify", "--json"]),
+        ("migrate", ["--dry-run", "--in-place", "--json"]),
+    ):
         help_text = sub[command].format_help()
         for option in options:
             assert option in help_text, (command, option)
@@ -112,8 +120,13 @@ def test_inspect_driver_checkpoint(inputs):
     assert kernel["kind"] == "array" and kernel["dtype"] == "float64" and kernel["shape"] == [8, 8]
     assert kernel["stored_bytes"] == 512 and kernel["codec"] == "raw"
     assert kernel["type"] == "netket.vqs.MCState" and kernel["schema_version"] == 1
-    assert entries["driver"] == {"kind": "object", "path": "driver", "type": "netket.driver.VMC",
-                                 "schema_version": 1, "per_process": False}
+    assert entries["driver"] == {
+        "kind": "object",
+        "path": "driver",
+        "type": "netket.driver.VMC",
+        "schema_version": 1,
+        "per_process": False,
+    }
     assert entries["completed_steps"]["value"] == 4
     assert entries["driver/state/sampler_state/chains"]["dtype"] == "int8"
     assert "stats" not in kernel  # the header only
@@ -140,8 +153,10 @@ def test_inspect_two_process_file(inputs):
     assert data["info"]["process_count"] == 2
     chains = next(e for e in data["entries"] if e["path"] == "state/sampler_state/chains")
     assert chains["blocks"] == 2 and chains["shape"] == [12, 8]  # one block written by each process
-    assert chains["stored_bytes"] == sum(b["stored"] for b in nkserde.format.read_header(
-        inputs / "two-processes.nks")["arrays"][chains["index"]]["blocks"])
+    assert chains["stored_bytes"] == sum(
+        b["stored"]
+        for b in nkserde.format.read_header(inputs / "two-processes.nks")["arrays"][chains["index"]]["blocks"]
+    )
 
 
 def test_inspect_reads_the_header_only_and_arrays_fail_on_damage(inputs):
@@ -154,8 +169,13 @@ def test_inspect_reads_the_header_only_and_arrays_fail_on_damage(inputs):
 
 
 def test_verify_reports_each_file(inputs):
-    files = [inputs / "vmc", inputs / "two-processes.nks", inputs / "damaged.nks", inputs / "notes.txt",
-             inputs / "missing.nks"]
+    files = [
+        inputs / "vmc",
+        inputs / "two-processes.nks",
+        inputs / "damaged.nks",
+        inputs / "notes.txt",
+        inputs / "missing.nks",
+    ]
     code, data = run_json("verify", *files)
     assert code == 1 and data["ok"] is False
     results = {Path(r["file"]).name: r for r in data["files"]}
@@ -199,8 +219,9 @@ def test_diff_tolerances_and_layout(inputs):
     code, data = run_json("diff", inputs / "x.nks", inputs / "x-other.nks", module=True)
     assert code == 1
     assert data["only_in_b"] == ["y"] and data["only_in_a"] == []
-    assert data["changed_layout"] == [{"path": "x", "a": {"dtype": "float64", "shape": [10]},
-                                       "b": {"dtype": "float32", "shape": [10]}}]
+    assert data["changed_layout"] == [
+        {"path": "x", "a": {"dtype": "float64", "shape": [10]}, "b": {"dtype": "float32", "shape": [10]}}
+    ]
     assert data["changed_scalars"] == [{"path": "n", "a": 3, "b": 4}]
     (x,) = data["changed_values"]  # float32 rounding of linspace
     assert x["path"] == "x" and 0 < x["max_abs"] < 1e-7
@@ -208,8 +229,9 @@ def test_diff_tolerances_and_layout(inputs):
 
 def test_diff_across_schema_versions():
     # nkserde 0.1's names and schema 1 against today's: the same state
-    code, data = run_json("diff", FIXTURES / "nkserde-ea7de03" / "vmc_adam.nks",
-                          FIXTURES / "netket-3.23.0" / "vmc_adam.nks")
+    code, data = run_json(
+        "diff", FIXTURES / "nkserde-ea7de03" / "vmc_adam.nks", FIXTURES / "netket-3.23.0" / "vmc_adam.nks"
+    )
     assert code == 0 and data["same"], data
 
 
@@ -239,8 +261,12 @@ def test_ls_directory_with_damaged_newest(inputs):
     # the last logged energy of the history the checkpoint holds
     history = nkserde.load_state_dict(inputs / "vmc" / "step-0000000004.nks")["loggers"]["RuntimeLog#0"]["history"]
     energy = history[0]
-    assert steps[4]["loss"] == {"name": "Energy", "mean": float(energy["columns"]["Mean"][-1].real),
-                                "error": float(energy["columns"]["Sigma"][-1]), "at": 3.0}
+    assert steps[4]["loss"] == {
+        "name": "Energy",
+        "mean": float(energy["columns"]["Mean"][-1].real),
+        "error": float(energy["columns"]["Sigma"][-1]),
+        "at": 3.0,
+    }
     fingerprint = json.loads((inputs / "vmc" / "fingerprint.json").read_text())
     assert run_["fingerprint"]["fields"] == fingerprint and len(run_["fingerprint"]["digest"]) == 12
 

@@ -164,8 +164,7 @@ def test_per_process_values_are_stacked_and_derived(cache, tmp_path):
 
 
 def test_replicated_values_that_differ_are_refused(cache, tmp_path):
-    outputs = launch(2, ["mismatch", tmp_path, tmp_path / "bad.nks"], jax_cache=cache,
-                     expect_failure=True)
+    outputs = launch(2, ["mismatch", tmp_path, tmp_path / "bad.nks"], jax_cache=cache, expect_failure=True)
     for out in outputs:
         assert "ProcessMismatchError" in out and "replicated" in out and "process 1" in out, out[-3000:]
     assert not (tmp_path / "bad.nks").exists()

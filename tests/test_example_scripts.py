@@ -46,11 +46,20 @@ def jax_cache(tmp_path_factory):
 
 def start(script: str, workdir: Path, cache: Path, **env) -> subprocess.Popen:
     workdir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(cache),
-           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1", **env}
-    return subprocess.Popen([sys.executable, str(SCRIPTS / f"{script}.py"), str(workdir)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    env = {
+        **os.environ,
+        "JAX_COMPILATION_CACHE_DIR": str(cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPTS / f"{script}.py"), str(workdir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def finish(process: subprocess.Popen) -> str:
@@ -64,15 +73,18 @@ def kill_when(process: subprocess.Popen, checkpoint_dir: Path, step: int):
     exists in ``checkpoint_dir``."""
     deadline = time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        steps = [int(p.stem.split("-")[1]) for p in checkpoint_dir.glob("step-*.nks")] \
-            if checkpoint_dir.is_dir() else []
+        steps = (
+            [int(p.stem.split("-")[1]) for p in checkpoint_dir.glob("step-*.nks")] if checkpoint_dir.is_dir() else []
+        )
         if steps and max(steps) >= step:
             process.send_signal(signal.SIGKILL)
             process.communicate()
             return
         if process.poll() is not None:
-            pytest.fail(f"the script ended before checkpointing step {step} in {checkpoint_dir}:\n"
-                        f"{process.communicate()[0][-4000:]}")
+            pytest.fail(
+                f"the script ended before checkpointing step {step} in {checkpoint_dir}:\n"
+                f"{process.communicate()[0][-4000:]}"
+            )
         time.sleep(0.02)
     process.kill()
     pytest.fail(f"no checkpoint of step {step} in {checkpoint_dir} after {TIMEOUT} s")

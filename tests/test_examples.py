@@ -11,15 +11,13 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 
 
 def run(*args, cwd) -> str:
-    done = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout
 
 
 def test_every_example_is_run_here():
-    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == ["resume_after_interrupt.py",
-                                                             "save_load_continue.py"]
+    assert sorted(p.name for p in EXAMPLES.glob("*.py")) == ["resume_after_interrupt.py", "save_load_continue.py"]
 
 
 def test_save_load_continue_ends_like_the_uninterrupted_run(tmp_path):
@@ -29,8 +27,7 @@ def test_save_load_continue_ends_like_the_uninterrupted_run(tmp_path):
 
 
 def test_resume_after_interrupt_resumes_and_finishes(tmp_path):
-    first = run(EXAMPLES / "resume_after_interrupt.py", "--interrupt-at", 30, "--dir", tmp_path / "run",
-                cwd=tmp_path)
+    first = run(EXAMPLES / "resume_after_interrupt.py", "--interrupt-at", 30, "--dir", tmp_path / "run", cwd=tmp_path)
     assert "interrupted by SIGTERM after step 30" in first
     second = run(EXAMPLES / "resume_after_interrupt.py", "--dir", tmp_path / "run", cwd=tmp_path)
     assert "resumed from step 30" in second

@@ -87,8 +87,9 @@ def test_each_write_fails_in_turn(tmp_path, previous, how, monkeypatch):
     real_open = open
     for k in range(1, n_writes + 1):
         calls = []
-        monkeypatch.setattr(atomic, "open", lambda *a, **kw: FailingFile(real_open(*a, **kw), k, how, calls),
-                            raising=False)
+        monkeypatch.setattr(
+            atomic, "open", lambda *a, **kw: FailingFile(real_open(*a, **kw), k, how, calls), raising=False
+        )
         with pytest.raises(FileWriteError, match="save failed while writing") as raised:
             nkserde.save(_state(2.0), previous)
         monkeypatch.undo()
@@ -98,8 +99,7 @@ def test_each_write_fails_in_turn(tmp_path, previous, how, monkeypatch):
 
 
 @pytest.mark.parametrize("code", [errno.ENOSPC, errno.EIO])
-@pytest.mark.parametrize("call, step, replaced", [(1, "syncing the file", False),
-                                                  (2, "syncing the directory", True)])
+@pytest.mark.parametrize("call, step, replaced", [(1, "syncing the file", False), (2, "syncing the directory", True)])
 def test_each_fsync_fails(tmp_path, previous, monkeypatch, code, call, step, replaced):
     real_fsync, calls = os.fsync, []
 
@@ -139,8 +139,7 @@ def test_rename_fails(tmp_path, previous, monkeypatch, code):
 def test_leftover_temp_is_removed_by_the_next_save(tmp_path, previous, monkeypatch):
     # the write fails and so does removing the temporary file
     real_open = open
-    monkeypatch.setattr(atomic, "open", lambda *a, **kw: FailingFile(real_open(*a, **kw), 2, "EIO", []),
-                        raising=False)
+    monkeypatch.setattr(atomic, "open", lambda *a, **kw: FailingFile(real_open(*a, **kw), 2, "EIO", []), raising=False)
 
     def unlink(path, *a, **kw):
         raise OSError(errno.EIO, os.strerror(errno.EIO))
@@ -200,8 +199,7 @@ def test_read_error_while_loading_names_the_file(previous, monkeypatch, fail_at)
 
     real_open = builtins.open
     for how in ("load", "load_state_dict", "verify"):
-        monkeypatch.setattr(reader, "open", lambda *a, **kw: FailingRead(real_open(*a, **kw), fail_at),
-                            raising=False)
+        monkeypatch.setattr(reader, "open", lambda *a, **kw: FailingRead(real_open(*a, **kw), fail_at), raising=False)
         with pytest.raises(FileReadError, match=f"{previous}: reading the file failed") as raised:
             if how == "load":
                 nkserde.load(_template(), previous)
@@ -250,10 +248,12 @@ def test_read_error_in_index_and_array_reads(previous, monkeypatch):
     import nkserde.format.reader as reader
 
     real_open = builtins.open
-    for read in (lambda p: reader.read_index(p), lambda p: list(reader.read_arrays(p)),
-                 lambda p: nkserde.open(p)["big"]):
-        monkeypatch.setattr(reader, "open", lambda *a, **kw: FailingRead(real_open(*a, **kw), 1),
-                            raising=False)
+    for read in (
+        lambda p: reader.read_index(p),
+        lambda p: list(reader.read_arrays(p)),
+        lambda p: nkserde.open(p)["big"],
+    ):
+        monkeypatch.setattr(reader, "open", lambda *a, **kw: FailingRead(real_open(*a, **kw), 1), raising=False)
         with pytest.raises(FileReadError, match=f"^{previous}: reading the file failed: ") as raised:
             read(previous)
         monkeypatch.undo()

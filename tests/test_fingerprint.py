@@ -21,8 +21,22 @@ from nkserde.fingerprint import changes, fingerprint
 L = 8
 
 
-def vmc(J2=0.5, field=0.0, pbc=True, total_sz=0, model="rbm", alpha=1, sampler="exchange", n_chains=8,
-        n_samples=64, n_discard=2, optimizer=None, diag_shift=0.01, chunk_size=None, jax_op=True):
+def vmc(
+    J2=0.5,
+    field=0.0,
+    pbc=True,
+    total_sz=0,
+    model="rbm",
+    alpha=1,
+    sampler="exchange",
+    n_chains=8,
+    n_samples=64,
+    n_discard=2,
+    optimizer=None,
+    diag_shift=0.01,
+    chunk_size=None,
+    jax_op=True,
+):
     graph = nk.graph.Chain(L, pbc=pbc, max_neighbor_order=2)
     hilbert = nk.hilbert.Spin(0.5, N=L, total_sz=total_sz)
     H = nk.operator.Heisenberg(hilbert, graph, J=[1.0, J2])
@@ -40,8 +54,9 @@ def vmc(J2=0.5, field=0.0, pbc=True, total_sz=0, model="rbm", alpha=1, sampler="
         sa = nk.sampler.MetropolisExchange(hilbert, graph=graph, n_chains=n_chains)
     else:
         sa = nk.sampler.MetropolisHamiltonian(hilbert, H, n_chains=n_chains)
-    vs = nk.vqs.MCState(sa, net, n_samples=n_samples, n_discard_per_chain=n_discard, seed=0,
-                        sampler_seed=1, chunk_size=chunk_size)
+    vs = nk.vqs.MCState(
+        sa, net, n_samples=n_samples, n_discard_per_chain=n_discard, seed=0, sampler_seed=1, chunk_size=chunk_size
+    )
     opt = optimizer if optimizer is not None else optax.sgd(0.01)
     return nk.driver.VMC(H, opt, variational_state=vs, preconditioner=nk.optimizer.SR(diag_shift=diag_shift))
 
@@ -98,11 +113,14 @@ def test_symmetry_group_is_compared_by_content():
     assert changes(full, fingerprint(vmc(model="gcnn"))) == []
 
 
-@pytest.mark.parametrize("kwargs,key", [
-    (dict(h=2.0), "operator"),  # a quench to another field: TDVP keeps the operator in a lambda
-    (dict(dt=0.02), "integrator.solver"),
-    (dict(solver="Heun"), "integrator.solver"),
-])
+@pytest.mark.parametrize(
+    "kwargs,key",
+    [
+        (dict(h=2.0), "operator"),  # a quench to another field: TDVP keeps the operator in a lambda
+        (dict(dt=0.02), "integrator.solver"),
+        (dict(solver="Heun"), "integrator.solver"),
+    ],
+)
 def test_dynamics_changes_are_refused(kwargs, key):
     found = changes(fingerprint(tdvp()), fingerprint(tdvp(**kwargs)))
     assert any(line.startswith(key) for line in found), found
@@ -120,8 +138,7 @@ def test_an_infidelity_target_from_a_random_seed_is_the_same_run():
         sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=8)
         target = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64)  # random seed
         vs = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64, seed=0, sampler_seed=1)
-        return nk.driver.Infidelity_SR(target, optax.sgd(0.01), operator=H, variational_state=vs,
-                                       diag_shift=1e-4)
+        return nk.driver.Infidelity_SR(target, optax.sgd(0.01), operator=H, variational_state=vs, diag_shift=1e-4)
 
     assert changes(fingerprint(build()), fingerprint(build())) == []
 
@@ -142,8 +159,7 @@ def test_same_in_every_process_whatever_the_hash_seed():
     outputs = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert outputs[0] == outputs[1] == fingerprint(vmc(model="gcnn"))

@@ -24,12 +24,17 @@ import scenarios  # tests/fixtures (conftest.py)
 FIXTURES = Path(__file__).parent / "fixtures"
 
 WRITERS = sorted(p.parent.name for p in FIXTURES.glob("*/expected.json"))
-CASES = [(w, name) for w in WRITERS
-         for name, e in json.loads((FIXTURES / w / "expected.json").read_text())["scenarios"].items()
-         if "skipped" not in e and name != "checkpoint"]
-CHECKPOINTS = [w for w in WRITERS
-               if "skipped" not in json.loads((FIXTURES / w / "expected.json").read_text())
-               ["scenarios"]["checkpoint"]]
+CASES = [
+    (w, name)
+    for w in WRITERS
+    for name, e in json.loads((FIXTURES / w / "expected.json").read_text())["scenarios"].items()
+    if "skipped" not in e and name != "checkpoint"
+]
+CHECKPOINTS = [
+    w
+    for w in WRITERS
+    if "skipped" not in json.loads((FIXTURES / w / "expected.json").read_text())["scenarios"]["checkpoint"]
+]
 # nkserde.Checkpoint needs NetKet's callback API (3.22 and later)
 HAS_CHECKPOINT = hasattr(nk.callbacks, "AbstractCallback")
 

@@ -11,7 +11,10 @@ import pytest
 
 import nkserde
 from nkserde.errors import (
-    CorruptFileError, NkserdeError, TemplateMismatchError, UnregisteredTypeError,
+    CorruptFileError,
+    NkserdeError,
+    TemplateMismatchError,
+    UnregisteredTypeError,
     UnsupportedVersionError,
 )
 from nkserde.format.layout import PREAMBLE, TRAILER
@@ -20,8 +23,9 @@ from nkserde.format.layout import PREAMBLE, TRAILER
 def _state():
     rng = np.random.default_rng(0)
     return {
-        "parameters": {"Dense": {"kernel": jnp.asarray(rng.normal(size=(8, 8))),
-                                 "bias": jnp.asarray(rng.normal(size=(8,)))}},
+        "parameters": {
+            "Dense": {"kernel": jnp.asarray(rng.normal(size=(8, 8))), "bias": jnp.asarray(rng.normal(size=(8,)))}
+        },
         "chains": np.ones((16, 8), np.int8),  # compressible: exercises the zstd codec
         "big": rng.normal(size=(300_000,)),  # > 1 MiB, raw codec
         "step": 3,
@@ -55,8 +59,7 @@ def test_missing_file_is_file_not_found(tmp_path):
         _load(tmp_path / "nope.nks")
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00", os.urandom(100), os.urandom(5000),
-                                     b"\x89NKSERD\n" + bytes(40)])
+@pytest.mark.parametrize("content", [b"", b"\x00", os.urandom(100), os.urandom(5000), b"\x89NKSERD\n" + bytes(40)])
 def test_garbage_is_corrupt(tmp_path, content):
     path = tmp_path / "garbage.nks"
     path.write_bytes(content)
@@ -84,7 +87,7 @@ def test_truncated(saved, keep):
 
 def _header_span(path):
     data = path.read_bytes()
-    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size:])
+    offset, length, _, _ = TRAILER.unpack(data[-TRAILER.size :])
     return data, offset, length
 
 
@@ -165,16 +168,18 @@ def test_shape_mismatch_names_path_shape_and_dtype(saved):
 def test_dtype_mismatch(saved):
     template = _state()
     template["chains"] = np.ones((16, 8), np.int32)
-    with pytest.raises(TemplateMismatchError,
-                       match=r"chains: file has array int8\[16, 8\], template has array int32\[16, 8\]"):
+    with pytest.raises(
+        TemplateMismatchError, match=r"chains: file has array int8\[16, 8\], template has array int32\[16, 8\]"
+    ):
         nkserde.load(template, saved)
 
 
 def test_structure_mismatch_lists_missing_and_extra_keys(saved):
     template = _state()
     template["parameters"]["Dense2"] = template["parameters"].pop("Dense")
-    with pytest.raises(TemplateMismatchError,
-                       match=r"parameters: .*missing in file: \['Dense2'\].*not in template: \['Dense'\]"):
+    with pytest.raises(
+        TemplateMismatchError, match=r"parameters: .*missing in file: \['Dense2'\].*not in template: \['Dense'\]"
+    ):
         nkserde.load(template, saved)
 
 
@@ -199,8 +204,9 @@ def test_unknown_type_name_in_file(tmp_path):
         def __init__(self, v):
             self.v = v
 
-    nkserde.register(Thing, name="tests.ThingToForget", to_state=lambda t: {"v": t.v},
-                     from_state=lambda t, f: Thing(f["v"]))
+    nkserde.register(
+        Thing, name="tests.ThingToForget", to_state=lambda t: {"v": t.v}, from_state=lambda t, f: Thing(f["v"])
+    )
     path = tmp_path / "thing.nks"
     nkserde.save({"t": Thing(np.ones(3))}, path)
     # A file that names a type this process has never registered: simulate by
@@ -235,8 +241,7 @@ def test_header_cannot_reference_arrays_out_of_range(tmp_path):
     from nkserde.format.checksum import checksum
     from nkserde.format.layout import END_MAGIC, FORMAT_VERSION, MAGIC
 
-    header = msgpack.packb({"format_version": FORMAT_VERSION, "meta": {}, "tree": {"a": {"@array": 5}},
-                            "arrays": []})
+    header = msgpack.packb({"format_version": FORMAT_VERSION, "meta": {}, "tree": {"a": {"@array": 5}}, "arrays": []})
     blob = PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0) + header
     blob += TRAILER.pack(PREAMBLE.size, len(header), checksum(header), END_MAGIC)
     path = tmp_path / "h.nks"
@@ -248,8 +253,18 @@ def test_header_cannot_reference_arrays_out_of_range(tmp_path):
 def test_info(saved):
     meta = nkserde.info(saved)
     assert meta["format_version"] == nkserde.format.FORMAT_VERSION
-    for key in ("nkserde", "netket", "jax", "flax", "numpy", "python", "created", "process_count",
-                "root_type", "types"):
+    for key in (
+        "nkserde",
+        "netket",
+        "jax",
+        "flax",
+        "numpy",
+        "python",
+        "created",
+        "process_count",
+        "root_type",
+        "types",
+    ):
         assert key in meta
     assert meta["process_count"] == 1
     assert meta["root_type"] == "dict"
@@ -276,10 +291,16 @@ def test_format_1_files_still_load(tmp_path):
     from nkserde.format.checksum import checksum
 
     data = np.arange(6, dtype=np.float64)
-    entry = {"dtype": "float64", "shape": [2, 3], "offset": 64, "nbytes": 48, "stored": 48,
-             "codec": "raw", "checksum": checksum(data.tobytes())}
-    path = _frame(tmp_path, 1, {"meta": {}, "tree": {"w": {"@array": 0}}, "arrays": [entry]},
-                  data.tobytes())
+    entry = {
+        "dtype": "float64",
+        "shape": [2, 3],
+        "offset": 64,
+        "nbytes": 48,
+        "stored": 48,
+        "codec": "raw",
+        "checksum": checksum(data.tobytes()),
+    }
+    path = _frame(tmp_path, 1, {"meta": {}, "tree": {"w": {"@array": 0}}, "arrays": [entry]}, data.tobytes())
     out = nkserde.load({"w": np.zeros((2, 3))}, path)
     np.testing.assert_array_equal(out["w"], data.reshape(2, 3))
     # block entries are a format-2 feature: a format-1 file with one is damaged
@@ -298,9 +319,16 @@ def _blocks_file(tmp_path, starts_shapes, shape=(4, 3)):
     for start, bshape in starts_shapes:
         data = full[tuple(slice(s, s + n) for s, n in zip(start, bshape))].tobytes()
         payload += data + bytes(-len(data) % 64)
-        blocks.append({"start": list(start), "shape": list(bshape), "offset": 64 + len(payload) - len(data)
-                       - (-len(data) % 64), "stored": len(data), "codec": "raw",
-                       "checksum": checksum(data)})
+        blocks.append(
+            {
+                "start": list(start),
+                "shape": list(bshape),
+                "offset": 64 + len(payload) - len(data) - (-len(data) % 64),
+                "stored": len(data),
+                "codec": "raw",
+                "checksum": checksum(data),
+            }
+        )
     entry = {"dtype": "int32", "shape": list(shape), "blocks": blocks}
     return full, _frame(tmp_path, 2, {"meta": {}, "tree": {"a": {"@array": 0}}, "arrays": [entry]}, payload)
 
@@ -308,9 +336,11 @@ def _blocks_file(tmp_path, starts_shapes, shape=(4, 3)):
 def test_blocks_are_assembled_and_checked(tmp_path):
     full, path = _blocks_file(tmp_path, [((2, 0), (2, 3)), ((0, 0), (2, 2)), ((0, 2), (2, 1))])
     np.testing.assert_array_equal(nkserde.load({"a": np.zeros((4, 3), np.int32)}, path)["a"], full)
-    for bad, why in [([((0, 0), (2, 3)), ((1, 0), (3, 3))], "malformed block|overlap|fill"),
-                     ([((0, 0), (2, 3)), ((1, 0), (2, 3))], "overlap"),
-                     ([((0, 0), (2, 3))], "do not fill")]:
+    for bad, why in [
+        ([((0, 0), (2, 3)), ((1, 0), (3, 3))], "malformed block|overlap|fill"),
+        ([((0, 0), (2, 3)), ((1, 0), (2, 3))], "overlap"),
+        ([((0, 0), (2, 3))], "do not fill"),
+    ]:
         _, path = _blocks_file(tmp_path, bad)
         with pytest.raises(CorruptFileError, match=why):
             nkserde.load({"a": np.zeros((4, 3), np.int32)}, path)

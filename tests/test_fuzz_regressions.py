@@ -63,8 +63,8 @@ def test_structure_aware_mutations(templates, tmp_path):
 
 def _rewrite(path, change):
     data = path.read_bytes()
-    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size:])
-    header = msgpack.unpackb(data[offset:offset + length], raw=False)
+    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size :])
+    header = msgpack.unpackb(data[offset : offset + length], raw=False)
     change(header)
     raw = msgpack.packb(header, use_bin_type=True)
     path.write_bytes(data[:offset] + raw + TRAILER.pack(offset, len(raw), checksum(raw), end))
@@ -87,8 +87,7 @@ def test_deep_tree_is_refused_before_anything_recurses(small, tmp_path):
         h["tree"]["obj"] = deep
 
     _rewrite(small, change)
-    for read in (nkserde.load_state_dict, nkserde.verify,
-                 lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
+    for read in (nkserde.load_state_dict, nkserde.verify, lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
         with pytest.raises(CorruptFileError, match="nested deeper than 128 levels"):
             read(small)
 

@@ -22,9 +22,14 @@ HILBERT = nk.hilbert.Spin(0.5, N=8)
 
 
 def mc_state(seed=5):
-    return nk.vqs.MCState(nk.sampler.MetropolisLocal(HILBERT, n_chains=8),
-                          nk.models.RBM(alpha=1, param_dtype=float), n_samples=32, seed=seed,
-                          sampler_seed=3, n_discard_per_chain=1)
+    return nk.vqs.MCState(
+        nk.sampler.MetropolisLocal(HILBERT, n_chains=8),
+        nk.models.RBM(alpha=1, param_dtype=float),
+        n_samples=32,
+        seed=seed,
+        sampler_seed=3,
+        n_discard_per_chain=1,
+    )
 
 
 def full_sum_state():
@@ -85,16 +90,19 @@ def test_jsonlog_parameter_file_loads_into_a_state_or_a_dict(writer):
 
 
 def test_an_mpack_of_another_model_names_the_path():
-    wider = nk.vqs.MCState(nk.sampler.MetropolisLocal(HILBERT, n_chains=8),
-                           nk.models.RBM(alpha=2, param_dtype=float), n_samples=32)
-    with pytest.raises(TemplateMismatchError,
-                       match=r"mcstate.mpack: variables/params/Dense/(bias|kernel): file has array float64"):
+    wider = nk.vqs.MCState(
+        nk.sampler.MetropolisLocal(HILBERT, n_chains=8), nk.models.RBM(alpha=2, param_dtype=float), n_samples=32
+    )
+    with pytest.raises(
+        TemplateMismatchError, match=r"mcstate.mpack: variables/params/Dense/(bias|kernel): file has array float64"
+    ):
         nkserde.load(wider, FIXTURES / WRITERS[-1] / "mcstate.mpack")
 
 
 def test_an_mpack_into_a_driver_says_what_the_file_holds():
-    driver = nk.driver.VMC(nk.operator.Ising(HILBERT, nk.graph.Chain(8), h=1.0),
-                           nk.optimizer.Sgd(0.01), variational_state=mc_state())
+    driver = nk.driver.VMC(
+        nk.operator.Ising(HILBERT, nk.graph.Chain(8), h=1.0), nk.optimizer.Sgd(0.01), variational_state=mc_state()
+    )
     with pytest.raises(TemplateMismatchError, match="holding an MCState.*not a VMC"):
         nkserde.load(driver, FIXTURES / WRITERS[-1] / "mcstate.mpack")
 

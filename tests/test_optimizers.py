@@ -22,6 +22,7 @@ from nkserde.errors import TemplateMismatchError
 
 # --------------------------------------------------------------------------- optax states
 
+
 # Mixed dtypes, as in NetKet models: float64 weights, a float32 bias, complex
 # parameters.
 def make_params(seed):
@@ -56,16 +57,21 @@ OPTIMIZERS = {
     "adamw": (lambda: optax.adamw(1e-2, weight_decay=1e-3), make_params),
     "sgd": (lambda: optax.sgd(1e-2), make_params),
     "sgd_momentum": (lambda: optax.sgd(1e-2, momentum=0.9, nesterov=True), make_params),
-    "adam_schedule": (lambda: optax.adam(optax.exponential_decay(1e-2, transition_steps=2, decay_rate=0.5)),
-                      make_params),
-    "inject_hyperparams": (lambda: optax.inject_hyperparams(optax.adam)(learning_rate=1e-2),
-                           make_real_params),
+    "adam_schedule": (
+        lambda: optax.adam(optax.exponential_decay(1e-2, transition_steps=2, decay_rate=0.5)),
+        make_params,
+    ),
+    "inject_hyperparams": (lambda: optax.inject_hyperparams(optax.adam)(learning_rate=1e-2), make_real_params),
     "multi_steps": (lambda: optax.MultiSteps(optax.adam(1e-2), every_k_schedule=2), make_params),
-    "chain": (lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(), optax.scale(-1e-2)),
-              make_params),
+    "chain": (
+        lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.scale_by_adam(), optax.scale(-1e-2)),
+        make_params,
+    ),
     "masked": (lambda: optax.masked(optax.adam(1e-2), {"w": True, "b": False, "c": True}), make_params),
-    "named_chain": (lambda: optax.named_chain(("clip", optax.clip_by_global_norm(1.0)),
-                                              ("adam", optax.adam(1e-2))), make_params),
+    "named_chain": (
+        lambda: optax.named_chain(("clip", optax.clip_by_global_norm(1.0)), ("adam", optax.adam(1e-2))),
+        make_params,
+    ),
     "identity": (lambda: optax.identity(), make_params),  # EmptyState
     "nk_sgd": (lambda: nk.optimizer.Sgd(1e-2), make_params),
     "nk_adam": (lambda: nk.optimizer.Adam(1e-2), make_params),
@@ -124,7 +130,10 @@ def test_optax_state_counts_and_named_types(tmp_path):
     assert isinstance(inner[0], optax.ScaleByAdamState) and isinstance(inner[1], optax.ScaleByScheduleState)
     assert int(inner[1].count) == 2 and inner[1].count.dtype == state.inner_opt_state[1].count.dtype
     assert nkserde.info(tmp_path / "ms.nks")["types"] == {
-        "optax.MultiStepsState": 1, "optax.ScaleByAdamState": 1, "optax.ScaleByScheduleState": 1}
+        "optax.MultiStepsState": 1,
+        "optax.ScaleByAdamState": 1,
+        "optax.ScaleByScheduleState": 1,
+    }
 
     masked = optax.masked(optax.adam(1e-2), {"w": True, "b": False, "c": True})
     mstate = run_steps(masked, make_params(0), masked.init(make_params(0)), range(2))[1]

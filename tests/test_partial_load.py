@@ -76,8 +76,12 @@ def test_mcstate_into_full_sum_state_and_the_report(trained):
     # the exact energy of the trained parameters, not of the template's
     _, _, H = builders.system()
     assert exact.expect(H).mean != builders.full_sum_state().expect(H).mean
-    assert report.unexpected == ["state/n_discard_per_chain", "state/n_samples", "state/sampler_seed",
-                                 "state/sampler_state"]
+    assert report.unexpected == [
+        "state/n_discard_per_chain",
+        "state/n_samples",
+        "state/sampler_seed",
+        "state/sampler_state",
+    ]
     assert report.missing == [] and report.differs == []
     message = str(_one_warning(record))
     assert all(p in message for p in report.unexpected)
@@ -156,8 +160,9 @@ def test_renames_mapping_and_function(trained):
     template = {"hidden": dict(stored["Dense"]), "visible_bias": stored["visible_bias"] * 0}
     with pytest.raises(TemplateMismatchError, match="hidden"):
         nkserde.load(template, path, at="state/parameters")
-    params = nkserde.load(template, path, at="state/parameters",
-                          rename={"state/parameters/Dense": "state/parameters/hidden"})
+    params = nkserde.load(
+        template, path, at="state/parameters", rename={"state/parameters/Dense": "state/parameters/hidden"}
+    )
     assert _same(params["hidden"], stored["Dense"]) and _same(params["visible_bias"], stored["visible_bias"])
     params = nkserde.load(template, path, at="state/parameters", rename=lambda p: p.replace("Dense", "hidden"))
     assert _same(params["hidden"], stored["Dense"])
@@ -167,8 +172,13 @@ def test_chains_the_template_cannot_use_are_redrawn(trained):
     driver, path = trained
     graph, _, _ = builders.system()
     hilbert = nk.hilbert.Spin(0.5, builders.N, total_sz=0)
-    template = nk.vqs.MCState(nk.sampler.MetropolisExchange(hilbert, graph=graph, n_chains=8),
-                              nk.models.RBM(alpha=1, param_dtype=float), n_samples=64, seed=0, sampler_seed=1)
+    template = nk.vqs.MCState(
+        nk.sampler.MetropolisExchange(hilbert, graph=graph, n_chains=8),
+        nk.models.RBM(alpha=1, param_dtype=float),
+        n_samples=64,
+        seed=0,
+        sampler_seed=1,
+    )
     stored = np.asarray(driver.state.sampler_state.σ)
     valid = stored.sum(axis=-1) == 0
     n_bad = int((~valid).sum())
@@ -202,8 +212,10 @@ def _rchar():
 def big_and_small(tmp_path_factory):
     """A file with a small entry and a 16 MB one (random: stored raw)."""
     rng = np.random.default_rng(0)
-    obj = {"params": {"w": rng.normal(size=(8, 8))}, "opt": {"mu": rng.normal(size=(2 << 20,)),
-                                                              "zeros": np.zeros(1 << 16)}}
+    obj = {
+        "params": {"w": rng.normal(size=(8, 8))},
+        "opt": {"mu": rng.normal(size=(2 << 20,)), "zeros": np.zeros(1 << 16)},
+    }
     path = tmp_path_factory.mktemp("lazy") / "big.nks"
     nkserde.save(obj, path)
     return obj, path

@@ -44,16 +44,23 @@ def arrays(draw):
     return a
 
 
-keys = st.one_of(st.text(max_size=6).filter(lambda k: not k.startswith("@")),
-                 st.integers(-(2**70), 2**70))
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**100), 2**100),
-                    st.floats(allow_nan=True, allow_infinity=True), st.complex_numbers(allow_nan=True),
-                    st.text(max_size=12), st.binary(max_size=12))
+keys = st.one_of(st.text(max_size=6).filter(lambda k: not k.startswith("@")), st.integers(-(2**70), 2**70))
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**100), 2**100),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.complex_numbers(allow_nan=True),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+)
 trees = st.recursive(
     st.one_of(scalars, arrays()),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.lists(inner, max_size=3).map(tuple),
-                            st.dictionaries(keys, inner, max_size=4)),
-    max_leaves=12)
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.lists(inner, max_size=3).map(tuple), st.dictionaries(keys, inner, max_size=4)
+    ),
+    max_leaves=12,
+)
 
 
 def _stored_keys_collide(tree) -> bool:
@@ -115,11 +122,25 @@ def test_round_trip_bit_for_bit(tree):
         nkserde.verify(path)
 
 
-unstorable = st.sampled_from([
-    np.array(["text"]), np.array([b"by"]), np.array(["2024-01-01"], dtype="datetime64[D]"),
-    np.array([5], dtype="timedelta64[s]"), np.array([None, 1], dtype=object), np.zeros(2, "V3"),
-    np.zeros(1, [("x", "<f8")]), {1, 2}, frozenset(), object(), range(3), Ellipsis,
-    "bad \ud800 text", {"ok": 1, 2.5: 0}, {"@reserved": 1}])
+unstorable = st.sampled_from(
+    [
+        np.array(["text"]),
+        np.array([b"by"]),
+        np.array(["2024-01-01"], dtype="datetime64[D]"),
+        np.array([5], dtype="timedelta64[s]"),
+        np.array([None, 1], dtype=object),
+        np.zeros(2, "V3"),
+        np.zeros(1, [("x", "<f8")]),
+        {1, 2},
+        frozenset(),
+        object(),
+        range(3),
+        Ellipsis,
+        "bad \ud800 text",
+        {"ok": 1, 2.5: 0},
+        {"@reserved": 1},
+    ]
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))

@@ -24,7 +24,10 @@ class Walker:
 
 def _register_walker(version=1, override=False):
     nkserde.register(
-        Walker, name="tests.Walker", version=version, override=override,
+        Walker,
+        name="tests.Walker",
+        version=version,
+        override=override,
         to_state=lambda w: {"position": w.position, "energy": w.energy},
         from_state=lambda t, f: dataclasses.replace(t, position=f["position"], energy=f["energy"]),
     )
@@ -49,8 +52,12 @@ def test_user_type_round_trip_inside_containers(tmp_path):
     assert template["walkers"][0].position.tolist() == [0.0, 0.0, 0.0]  # template untouched
     assert nkserde.info(tmp_path / "w.nks")["types"] == {"tests.Walker": 1}
     sd = nkserde.state_dict(obj)
-    assert sd["walkers"][0] == {"@type": "tests.Walker", "@version": 1,
-                                "position": sd["walkers"][0]["position"], "energy": -1.5}
+    assert sd["walkers"][0] == {
+        "@type": "tests.Walker",
+        "@version": 1,
+        "position": sd["walkers"][0]["position"],
+        "energy": -1.5,
+    }
     again = nkserde.from_state_dict(template, sd)
     assert again["walkers"][1].position.tolist() == [1.0, 1.0, 1.0]
 
@@ -61,7 +68,10 @@ def test_migration_upgrades_old_files(tmp_path):
     nkserde.save(Walker(np.ones(2), 3.0), tmp_path / "old.nks")
 
     nkserde.register(
-        Walker, name="tests.Walker", version=2, override=True,
+        Walker,
+        name="tests.Walker",
+        version=2,
+        override=True,
         to_state=lambda w: {"position": w.position, "energy": w.energy, "weight": 1.0},
         from_state=lambda t, f: dataclasses.replace(t, position=f["position"], energy=f["energy"] * f["weight"]),
     )
@@ -123,6 +133,7 @@ def test_file_type_differs_from_template_type(tmp_path):
 def test_loading_never_imports_or_runs_names_from_the_file(tmp_path):
     """A file naming a module/function as its type is refused without
     importing it."""
+
     class Box(NamedTuple):
         v: np.ndarray
 

@@ -102,9 +102,14 @@ def _generator_by_time(driver, T) -> dict:
 
 def _integrator_state(driver):
     s = driver.integrator._state
-    return {"t": (s.t.value, s.t.compensator), "dt": s.dt, "step_no": s.step_no,
-            "step_no_total": s.step_no_total, "last_norm": s.last_norm,
-            "last_scaled_error": s.last_scaled_error}
+    return {
+        "t": (s.t.value, s.t.compensator),
+        "dt": s.dt,
+        "step_no": s.step_no,
+        "step_no_total": s.step_no_total,
+        "last_norm": s.last_norm,
+        "last_scaled_error": s.last_scaled_error,
+    }
 
 
 def check_dynamics_resume(build, T1, T2, path, *, adaptive):
@@ -124,8 +129,11 @@ def check_dynamics_resume(build, T1, T2, path, *, adaptive):
             assert loaded[name] is None, name
         else:
             _assert_same_bits(name, np.asarray(loaded[name]), np.asarray(saved[name]))
-    _assert_same_bits("y", np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(resumed.integrator.y)]),
-                      np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(first_driver.integrator.y)]))
+    _assert_same_bits(
+        "y",
+        np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(resumed.integrator.y)]),
+        np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(first_driver.integrator.y)]),
+    )
     assert params_bytes(resumed) == params_bytes(first_driver)
 
     if adaptive:
@@ -146,8 +154,9 @@ def check_dynamics_resume(build, T1, T2, path, *, adaptive):
         _assert_same_bits(f"Generator at t={t}", second[t], first[t])
     both = {**first, **second}
     assert sorted(both) == sorted(straight)
-    _assert_same_bits("Generator", np.array([both[t] for t in sorted(both)]),
-                      np.array([straight[t] for t in sorted(straight)]))
+    _assert_same_bits(
+        "Generator", np.array([both[t] for t in sorted(both)]), np.array([straight[t] for t in sorted(straight)])
+    )
     assert resumed.step_count == straight_driver.step_count
     _assert_same_bits("t", resumed.t, straight_driver.t)
     assert params_bytes(resumed) == params_bytes(straight_driver)
@@ -172,8 +181,9 @@ def test_vmc_adam(ckpt_dir):
     [
         (False, None),  # NetKet's default iterative solver, jax.scipy.sparse.linalg.cg
         (True, None),
-        pytest.param(True, functools.partial(jax.scipy.sparse.linalg.gmres, maxiter=2),
-                     marks=pytest.mark.slow, id="True-gmres"),
+        pytest.param(
+            True, functools.partial(jax.scipy.sparse.linalg.gmres, maxiter=2), marks=pytest.mark.slow, id="True-gmres"
+        ),
     ],
 )
 def test_vmc_sr(ckpt_dir, solver_restart, solver):
@@ -241,8 +251,9 @@ def test_steady_state(ckpt_dir):
 
 @pytest.mark.parametrize("integrator", ["Euler", "Heun", "Midpoint", "RK4"])
 def test_tdvp_fixed_step(ckpt_dir, integrator):
-    check_dynamics_resume(lambda: tdvp_imag(integrator), 0.02, 0.02,
-                          ckpt_dir / f"tdvp_{integrator}.nks", adaptive=False)
+    check_dynamics_resume(
+        lambda: tdvp_imag(integrator), 0.02, 0.02, ckpt_dir / f"tdvp_{integrator}.nks", adaptive=False
+    )
 
 
 # (T1, T2) so that each run makes about two steps at rtol = atol = 1e-3
@@ -254,8 +265,12 @@ _ADAPTIVE = {"RK12": (3e-4, 3e-4), "RK23": (3.5e-3, 3.5e-3), "RK45": (1.5e-2, 1.
 def test_tdvp_adaptive(ckpt_dir, integrator):
     T1, T2 = _ADAPTIVE[integrator]
     saved, _ = check_dynamics_resume(
-        lambda: tdvp_imag(integrator, adaptive=True, rtol=1e-3, atol=1e-3), T1, T2,
-        ckpt_dir / f"tdvp_{integrator}.nks", adaptive=True)
+        lambda: tdvp_imag(integrator, adaptive=True, rtol=1e-3, atol=1e-3),
+        T1,
+        T2,
+        ckpt_dir / f"tdvp_{integrator}.nks",
+        adaptive=True,
+    )
     state = saved.integrator._state
     # the error control ran: steps were rejected and dt was changed
     assert int(state.step_no_total) > int(state.step_no) >= 2
@@ -274,11 +289,17 @@ def test_tdvp_adaptive(ckpt_dir, integrator):
     ids=["Heun", "RK4-cg"],
 )
 def test_tdvp_mcstate(ckpt_dir, integrator, driver_kw):
-    check_dynamics_resume(lambda: tdvp_imag(integrator, exact=False, driver_kw=driver_kw),
-                          0.02, 0.02, ckpt_dir / "tdvp_mc.nks", adaptive=False)
+    check_dynamics_resume(
+        lambda: tdvp_imag(integrator, exact=False, driver_kw=driver_kw),
+        0.02,
+        0.02,
+        ckpt_dir / "tdvp_mc.nks",
+        adaptive=False,
+    )
 
 
 @pytest.mark.slow
 def test_tdvp_schmitt(ckpt_dir):
-    check_dynamics_resume(lambda: tdvp_imag("Heun", schmitt=True, exact=False), 0.02, 0.02,
-                          ckpt_dir / "tdvp_schmitt.nks", adaptive=False)
+    check_dynamics_resume(
+        lambda: tdvp_imag("Heun", schmitt=True, exact=False), 0.02, 0.02, ckpt_dir / "tdvp_schmitt.nks", adaptive=False
+    )

@@ -63,8 +63,7 @@ def test_a_walltime_stop_is_resumed_not_final(tmp_path, reference):
     while True:
         driver, log = B.vmc(), nk.logging.RuntimeLog()
         ckpt = nkserde.Checkpoint(tmp_path, every=5)
-        driver.run(N_STEPS, out=log, show_progress=False,
-                   callback=[ckpt, Sleep(0.15), nk.callbacks.Timeout(0.4)])
+        driver.run(N_STEPS, out=log, show_progress=False, callback=[ckpt, Sleep(0.15), nk.callbacks.Timeout(0.4)])
         if ckpt.interrupted is None:
             break
         assert ckpt.interrupted == "Timeout"
@@ -152,8 +151,12 @@ def test_callback_settings_are_the_templates_its_state_the_files(tmp_path):
         return nk.callbacks.EarlyStopping(min_delta=1e9, patience=patience, monitor="mean")
 
     with pytest.raises(RuntimeError):
-        B.vmc().run(N_STEPS, out=None, show_progress=False,
-                    callback=[nkserde.Checkpoint(tmp_path, every=1), make(100), B.CrashAt(3)])
+        B.vmc().run(
+            N_STEPS,
+            out=None,
+            show_progress=False,
+            callback=[nkserde.Checkpoint(tmp_path, every=1), make(100), B.CrashAt(3)],
+        )
     resumed = make(200)
     B.vmc().run(4, out=None, show_progress=False, callback=[nkserde.Checkpoint(tmp_path, every=1), resumed])
     assert resumed.patience == 200  # configuration: the template's
@@ -178,9 +181,15 @@ class BatchNormRBM(nn.Module):
 
 def _batchnorm_vmc():
     _, hilbert, H = B.system()
-    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=8), BatchNormRBM(),
-                        n_samples=64, seed=0, sampler_seed=1, n_discard_per_chain=2,
-                        mutable="batch_stats")
+    vs = nk.vqs.MCState(
+        nk.sampler.MetropolisLocal(hilbert, n_chains=8),
+        BatchNormRBM(),
+        n_samples=64,
+        seed=0,
+        sampler_seed=1,
+        n_discard_per_chain=2,
+        mutable="batch_stats",
+    )
     return nk.driver.VMC(H, optax.adam(1e-2), variational_state=vs)
 
 
@@ -191,12 +200,14 @@ def test_batchnorm_statistics_whose_dtype_the_run_changes_resume(tmp_path):
     straight.run(4, out=log, show_progress=False)
     assert jax.tree_util.tree_leaves(straight.state.model_state)[0].dtype == jnp.float64  # NetKet's
 
-    resumed, log2, ckpt = B.crash_then_resume(_batchnorm_vmc, tmp_path, 4, crash_at=2,
-                                              make_out=nk.logging.RuntimeLog, every=1)
+    resumed, log2, ckpt = B.crash_then_resume(
+        _batchnorm_vmc, tmp_path, 4, crash_at=2, make_out=nk.logging.RuntimeLog, every=1
+    )
     assert ckpt.resumed_from == 2
     assert B.params_bytes(resumed) == B.params_bytes(straight)
-    for a, b in zip(jax.tree_util.tree_leaves(resumed.state.model_state),
-                    jax.tree_util.tree_leaves(straight.state.model_state)):
+    for a, b in zip(
+        jax.tree_util.tree_leaves(resumed.state.model_state), jax.tree_util.tree_leaves(straight.state.model_state)
+    ):
         assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
     assert _energies(log2) == _energies(log)
 
@@ -205,8 +216,14 @@ def test_inject_hyperparams_with_mixed_dtypes_resumes(tmp_path):
     def build():
         _, hilbert, H = B.system()
         model = nk.models.RBM(alpha=1, param_dtype=jnp.float32)
-        vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=8), model, n_samples=64,
-                            seed=0, sampler_seed=1, n_discard_per_chain=2)
+        vs = nk.vqs.MCState(
+            nk.sampler.MetropolisLocal(hilbert, n_chains=8),
+            model,
+            n_samples=64,
+            seed=0,
+            sampler_seed=1,
+            n_discard_per_chain=2,
+        )
         opt = optax.inject_hyperparams(optax.adam)(learning_rate=1e-2)
         return nk.driver.VMC(H, opt, variational_state=vs)
 
@@ -234,8 +251,9 @@ def test_operators_inside_a_state_come_from_the_template(tmp_path):
 
     def build():
         target = B.mc_state(seed=5, sampler_seed=7)
-        return nk.driver.Infidelity_SR(target, optax.sgd(1e-2), operator=H.to_jax_operator(),
-                                       variational_state=B.mc_state(), diag_shift=0.1)
+        return nk.driver.Infidelity_SR(
+            target, optax.sgd(1e-2), operator=H.to_jax_operator(), variational_state=B.mc_state(), diag_shift=0.1
+        )
 
     straight = build()
     straight.run(3, out=None, show_progress=False)
@@ -243,8 +261,10 @@ def test_operators_inside_a_state_come_from_the_template(tmp_path):
     assert ckpt.resumed_from == 2
     assert B.params_bytes(resumed) == B.params_bytes(straight)
     op = resumed.target_state.model_state
-    assert any(isinstance(x, nk.operator.AbstractOperator)
-               for x in jax.tree_util.tree_leaves(op, is_leaf=lambda x: isinstance(x, nk.operator.AbstractOperator)))
+    assert any(
+        isinstance(x, nk.operator.AbstractOperator)
+        for x in jax.tree_util.tree_leaves(op, is_leaf=lambda x: isinstance(x, nk.operator.AbstractOperator))
+    )
 
 
 # ------------------------------------------------------- the checkpointed driver

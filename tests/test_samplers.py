@@ -71,13 +71,13 @@ _WIDE = jax.nn.initializers.normal(0.5)
 
 
 def rbm():
-    return nk.models.RBM(alpha=1, param_dtype=float, kernel_init=_WIDE,
-                         hidden_bias_init=_WIDE, visible_bias_init=_WIDE)
+    return nk.models.RBM(alpha=1, param_dtype=float, kernel_init=_WIDE, hidden_bias_init=_WIDE, visible_bias_init=_WIDE)
 
 
 def array_leaves_bytes(tree):
-    return [(np.asarray(x).dtype, np.asarray(x).shape, np.asarray(x).tobytes())
-            for x in jax.tree_util.tree_leaves(tree)]
+    return [
+        (np.asarray(x).dtype, np.asarray(x).shape, np.asarray(x).tobytes()) for x in jax.tree_util.tree_leaves(tree)
+    ]
 
 
 def assert_same_arrays(a, b):
@@ -160,14 +160,12 @@ def _gaussian():
 
 def case_gaussian_rule():
     hi = _particles()
-    return dict(sampler=nk.sampler.MetropolisSampler(hi, R.GaussianRule(sigma=0.1), n_chains=N_CHAINS),
-                model=_gaussian)
+    return dict(sampler=nk.sampler.MetropolisSampler(hi, R.GaussianRule(sigma=0.1), n_chains=N_CHAINS), model=_gaussian)
 
 
 def case_langevin_rule():
     hi = _particles()
-    return dict(sampler=nk.sampler.MetropolisSampler(hi, R.LangevinRule(dt=0.01), n_chains=N_CHAINS),
-                model=_gaussian)
+    return dict(sampler=nk.sampler.MetropolisSampler(hi, R.LangevinRule(dt=0.01), n_chains=N_CHAINS), model=_gaussian)
 
 
 def case_parallel_tempering_local():
@@ -192,9 +190,12 @@ def case_exact():
 
 def case_ar_direct():
     _, hi, _ = system()
-    return _spin(nk.sampler.ARDirectSampler(hi),
-                 model=lambda: nk.models.ARNNDense(hilbert=hi, layers=1, features=2, param_dtype=float),
-                 n_discard_per_chain=0, n_samples=N_SAMPLES)
+    return _spin(
+        nk.sampler.ARDirectSampler(hi),
+        model=lambda: nk.models.ARNNDense(hilbert=hi, layers=1, features=2, param_dtype=float),
+        n_discard_per_chain=0,
+        n_samples=N_SAMPLES,
+    )
 
 
 def case_local_numpy():
@@ -219,17 +220,20 @@ def case_custom_numpy():
     return _spin(nk.sampler.MetropolisCustomNumpy(hi, moves, n_chains=N_CHAINS))
 
 
-CASES = {name[len("case_"):]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
-PARALLEL_TEMPERING = {"parallel_tempering_local", "parallel_tempering_exchange",
-                      "parallel_tempering_hamiltonian"}
+CASES = {name[len("case_") :]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+PARALLEL_TEMPERING = {"parallel_tempering_local", "parallel_tempering_exchange", "parallel_tempering_hamiltonian"}
 
 
 def make_vs(spec, seed, sampler_seed):
     sampler = spec["sampler"]
     return nk.vqs.MCState(
-        sampler, spec["model"](), seed=seed, sampler_seed=sampler_seed,
+        sampler,
+        spec["model"](),
+        seed=seed,
+        sampler_seed=sampler_seed,
         n_samples=spec.get("n_samples", CHAIN_LENGTH * sampler.n_chains),
-        n_discard_per_chain=spec.get("n_discard_per_chain", CHAIN_LENGTH))
+        n_discard_per_chain=spec.get("n_discard_per_chain", CHAIN_LENGTH),
+    )
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
@@ -247,9 +251,17 @@ def case(request, tmp_path_factory):
     nkserde.save(orig, path)
     saved = leaves(orig)  # the tests below sample `orig` further; `loaded` is never mutated
     loaded = nkserde.load(template, path)
-    return SimpleNamespace(name=request.param, spec=spec, orig=orig, saved=saved, template=template,
-                           template_before=before, template_samples=template_samples,
-                           loaded=loaded, path=path)
+    return SimpleNamespace(
+        name=request.param,
+        spec=spec,
+        orig=orig,
+        saved=saved,
+        template=template,
+        template_before=before,
+        template_samples=template_samples,
+        loaded=loaded,
+        path=path,
+    )
 
 
 # --------------------------------------------------------------------------- MCState
@@ -266,7 +278,10 @@ def test_mcstate_round_trip(case):
     assert_same_arrays(loaded.model_state, orig.model_state)
     assert_same_arrays(jax.random.key_data(loaded._sampler_seed), jax.random.key_data(orig._sampler_seed))
     assert (loaded.n_samples, loaded.n_discard_per_chain, loaded.chunk_size) == (
-        orig.n_samples, orig.n_discard_per_chain, orig.chunk_size)
+        orig.n_samples,
+        orig.n_discard_per_chain,
+        orig.chunk_size,
+    )
     # arrays of JAX states come back as JAX arrays, numpy states as numpy
     for a, t in zip(jax.tree_util.tree_leaves(loaded.variables), jax.tree_util.tree_leaves(template.variables)):
         assert type(a) is type(t)
@@ -361,8 +376,14 @@ def test_sampler_state_direct(case, tmp_path):
         assert_same_arrays(restored.log_prob, state.log_prob)
         assert np.all(np.isfinite(np.asarray(state.log_prob)))
     if case.name in PARALLEL_TEMPERING:
-        for field in ("beta", "beta_0_index", "beta_position", "beta_diffusion",
-                      "exchange_steps", "n_accepted_per_beta"):
+        for field in (
+            "beta",
+            "beta_0_index",
+            "beta_position",
+            "beta_diffusion",
+            "exchange_steps",
+            "n_accepted_per_beta",
+        ):
             assert_same_arrays(getattr(restored, field), getattr(state, field))
     if is_numpy_sampler(sampler):
         assert isinstance(restored.σ, np.ndarray) and isinstance(restored.rng, np.random.Generator)
@@ -397,9 +418,16 @@ def _mixed_state(seed, sampler_seed):
     sampler = nk.sampler.MetropolisLocal(lind.hilbert, n_chains=N_CHAINS)
     sampler_diag = nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS)
     vs = nk.vqs.MCMixedState(
-        sampler, nk.models.NDM(alpha=1, beta=1), sampler_diag=sampler_diag,
-        n_samples=N_SAMPLES, n_samples_diag=N_SAMPLES, n_discard_per_chain=CHAIN_LENGTH,
-        n_discard_per_chain_diag=CHAIN_LENGTH, seed=seed, sampler_seed=sampler_seed)
+        sampler,
+        nk.models.NDM(alpha=1, beta=1),
+        sampler_diag=sampler_diag,
+        n_samples=N_SAMPLES,
+        n_samples_diag=N_SAMPLES,
+        n_discard_per_chain=CHAIN_LENGTH,
+        n_discard_per_chain_diag=CHAIN_LENGTH,
+        seed=seed,
+        sampler_seed=sampler_seed,
+    )
     return vs, lind
 
 
@@ -496,9 +524,13 @@ def _perturb_model_state(vs, seed):
     rng = np.random.default_rng(seed)
     ms = jax.tree_util.tree_map(lambda x: np.asarray(x), vs.model_state)
     ms = jax.tree_util.tree_map_with_path(
-        lambda path, x: (np.asarray(rng.integers(1, 100), x.dtype) if x.dtype.kind == "i"
-                         else (1.0 + rng.random(x.shape)).astype(x.dtype)),
-        ms)
+        lambda path, x: (
+            np.asarray(rng.integers(1, 100), x.dtype)
+            if x.dtype.kind == "i"
+            else (1.0 + rng.random(x.shape)).astype(x.dtype)
+        ),
+        ms,
+    )
     vs.model_state = jax.tree_util.tree_map(jnp.asarray, ms)
 
 
@@ -526,8 +558,14 @@ def test_model_state_collections(tmp_path):
 
     def build(seed, sampler_seed):
         sampler = nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS)
-        return nk.vqs.MCState(sampler, StatefulRBM(), n_samples=N_SAMPLES, seed=seed,
-                              sampler_seed=sampler_seed, n_discard_per_chain=CHAIN_LENGTH)
+        return nk.vqs.MCState(
+            sampler,
+            StatefulRBM(),
+            n_samples=N_SAMPLES,
+            seed=seed,
+            sampler_seed=sampler_seed,
+            n_discard_per_chain=CHAIN_LENGTH,
+        )
 
     orig, template = build(**SEEDS_ORIGINAL), build(**SEEDS_TEMPLATE)
     assert set(orig.model_state) == {"batch_stats", "cache"}
@@ -543,9 +581,14 @@ def test_frozen_parameters(tmp_path):
 
     def build(seed, sampler_seed):
         _, hi, _ = system()
-        vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS), rbm(),
-                            n_samples=N_SAMPLES, seed=seed, sampler_seed=sampler_seed,
-                            n_discard_per_chain=CHAIN_LENGTH)
+        vs = nk.vqs.MCState(
+            nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS),
+            rbm(),
+            n_samples=N_SAMPLES,
+            seed=seed,
+            sampler_seed=sampler_seed,
+            n_discard_per_chain=CHAIN_LENGTH,
+        )
         return nk.vqs.freeze_parameters(vs, lambda path, _: "kernel" in str(path))
 
     orig, template = build(**SEEDS_ORIGINAL), build(**SEEDS_TEMPLATE)
@@ -574,8 +617,7 @@ def test_a_different_number_of_chains_keeps_what_fits(tmp_path, saved_chains, wa
     rows = np.arange(wanted) % saved_chains
     stored = nkserde.load_state_dict(tmp_path / "vs.nks")["sampler_state"]
     for field, attr in (("chains", "σ"), ("log_prob", "log_prob"), ("n_accepted", "n_accepted_proc")):
-        np.testing.assert_array_equal(np.asarray(getattr(loaded.sampler_state, attr)),
-                                      stored[field][rows])
+        np.testing.assert_array_equal(np.asarray(getattr(loaded.sampler_state, attr)), stored[field][rows])
     if wanted > saved_chains:
         loaded.sample()
         chains = np.asarray(loaded.sampler_state.σ)

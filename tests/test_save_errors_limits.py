@@ -16,9 +16,18 @@ from nkserde.format.checksum import checksum
 from nkserde.format.layout import TRAILER
 
 
-@pytest.mark.parametrize("value", [np.array(["x"]), np.array(["2020-01-01"], dtype="datetime64[D]"),
-                                   np.array([1, "a"], dtype=object), np.zeros(2, "V4"),
-                                   np.zeros(2, [("a", "<i4")]), np.timedelta64(3, "s"), np.str_("x")])
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.array(["x"]),
+        np.array(["2020-01-01"], dtype="datetime64[D]"),
+        np.array([1, "a"], dtype=object),
+        np.zeros(2, "V4"),
+        np.zeros(2, [("a", "<i4")]),
+        np.timedelta64(3, "s"),
+        np.str_("x"),
+    ],
+)
 def test_unstorable_dtype_names_the_path(tmp_path, value):
     target = tmp_path / "t.nks"
     with pytest.raises(UnregisteredTypeError, match=r"^x/a/1: arrays of .* cannot be stored"):
@@ -60,8 +69,8 @@ def rewrite_header(path, change):
     """Rewrites the header of the file at ``path`` with ``change(header)``
     and a valid checksum: what a damaged or hostile writer can produce."""
     data = path.read_bytes()
-    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size:])
-    header = msgpack.unpackb(data[offset:offset + length], raw=False)
+    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size :])
+    header = msgpack.unpackb(data[offset : offset + length], raw=False)
     change(header)
     raw = msgpack.packb(header, use_bin_type=True)
     path.write_bytes(data[:offset] + raw + TRAILER.pack(offset, len(raw), checksum(raw), end))
@@ -99,7 +108,7 @@ def test_zstd_frame_whose_content_size_lies(small):
     data = bytearray(small.read_bytes())
     entry = nkserde.format.read_header(small)["arrays"][0]
     assert len(frame) <= entry["stored"]
-    data[entry["offset"]:entry["offset"] + len(frame)] = frame
+    data[entry["offset"] : entry["offset"] + len(frame)] = frame
     small.write_bytes(bytes(data))
     rewrite_header(small, lambda h: h["arrays"][0].update(stored=len(frame), checksum=checksum(frame)))
     assert "the zstd frame declares 8192 bytes, the index 4096" in _loads(small)
@@ -110,14 +119,14 @@ def test_zstd_frame_without_size_cannot_expand_beyond_the_index(small):
     # bytes: the decompressor stops at the declared size
     frame = zstandard.ZstdCompressor(level=1, write_content_size=False).compress(bytes(1 << 20))
     data = small.read_bytes()
-    offset, length, digest, end = TRAILER.unpack(data[-TRAILER.size:])
+    offset, length, digest, end = TRAILER.unpack(data[-TRAILER.size :])
     start = -(-offset // 64) * 64
     header_at = start + len(frame)
-    raw = data[offset:offset + length]
-    small.write_bytes(data[:offset] + bytes(start - offset) + frame + raw
-                      + TRAILER.pack(header_at, length, digest, end))
-    rewrite_header(small, lambda h: h["arrays"][0].update(offset=start, stored=len(frame),
-                                                          checksum=checksum(frame)))
+    raw = data[offset : offset + length]
+    small.write_bytes(
+        data[:offset] + bytes(start - offset) + frame + raw + TRAILER.pack(header_at, length, digest, end)
+    )
+    rewrite_header(small, lambda h: h["arrays"][0].update(offset=start, stored=len(frame), checksum=checksum(frame)))
     assert "does not decompress to 4096 bytes" in _loads(small)
 
 
@@ -153,8 +162,10 @@ def test_many_blocks_are_checked_quickly(small):
     def change(h):
         raw = h["arrays"][1]
         h["format_version"] = 2
-        blocks = [{"start": [k], "shape": [1], "offset": raw["offset"], "stored": 8, "codec": "raw",
-                   "checksum": 0} for k in range(n)]
+        blocks = [
+            {"start": [k], "shape": [1], "offset": raw["offset"], "stored": 8, "codec": "raw", "checksum": 0}
+            for k in range(n)
+        ]
         blocks[-1]["start"] = [0]  # overlaps the first
         h["arrays"][1] = {"dtype": "float64", "shape": [n], "blocks": blocks}
 

@@ -37,10 +37,18 @@ def test_registrations_match_the_manifest():
 
 def test_the_manifest_covers_the_netket_registrations():
     names = set(current()["types"])
-    for name in ("netket.vqs.MCState", "netket.driver.VMC", "netket.sampler.MetropolisSamplerState",
-                 "netket.stats.OnlineStats", "netket.callbacks.EarlyStopping", "jax.random.key"):
-        if name == "netket.stats.OnlineStats" and find(
-                "netket.stats.OnlineStats", "netket._src.stats.online_stats.accumulator.OnlineStats") is None:
+    for name in (
+        "netket.vqs.MCState",
+        "netket.driver.VMC",
+        "netket.sampler.MetropolisSamplerState",
+        "netket.stats.OnlineStats",
+        "netket.callbacks.EarlyStopping",
+        "jax.random.key",
+    ):
+        if (
+            name == "netket.stats.OnlineStats"
+            and find("netket.stats.OnlineStats", "netket._src.stats.online_stats.accumulator.OnlineStats") is None
+        ):
             continue  # NetKet 3.21 has no online statistics
         assert name in names
 
@@ -90,9 +98,14 @@ class _Drifting:
 
 
 def test_a_registration_returning_undeclared_fields_cannot_save(tmp_path):
-    registry.register(_Drifting, name="tests.Drifting", version=1, fields=("a",),
-                      to_state=lambda o: {"a": np.zeros(2), **({"b": 1} if o.extra else {})},
-                      from_state=lambda t, f: t)
+    registry.register(
+        _Drifting,
+        name="tests.Drifting",
+        version=1,
+        fields=("a",),
+        to_state=lambda o: {"a": np.zeros(2), **({"b": 1} if o.extra else {})},
+        from_state=lambda t, f: t,
+    )
     nkserde.save(_Drifting(False), tmp_path / "ok.nks")
     with pytest.raises(UnregisteredTypeError, match=r"tests.Drifting .*returned fields \['a', 'b'\]"):
         nkserde.save({"x": _Drifting(True)}, tmp_path / "bad.nks")

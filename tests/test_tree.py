@@ -31,8 +31,21 @@ assert jax.config.jax_enable_x64, "netket enables x64; the uint64/float64 JAX ca
 # --------------------------------------------------------------------------- dtypes
 
 DTYPES = [
-    np.float16, np.float32, np.float64, ml_dtypes.bfloat16, np.complex64, np.complex128,
-    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_,
+    np.float16,
+    np.float32,
+    np.float64,
+    ml_dtypes.bfloat16,
+    np.complex64,
+    np.complex128,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.bool_,
 ]
 SHAPES = [(2, 3), (), (0,), (3, 0)]
 
@@ -148,8 +161,10 @@ def test_typed_prng_keys(impl, tmp_path):
         assert jax.dtypes.issubdtype(loaded[key].dtype, jax.dtypes.prng_key)
         assert loaded[key].dtype == orig[key].dtype and loaded[key].shape == orig[key].shape
         assert str(jax.random.key_impl(loaded[key])) == str(jax.random.key_impl(orig[key]))
-        assert np.asarray(jax.random.key_data(loaded[key])).tobytes() == \
-            np.asarray(jax.random.key_data(orig[key])).tobytes()
+        assert (
+            np.asarray(jax.random.key_data(loaded[key])).tobytes()
+            == np.asarray(jax.random.key_data(orig[key])).tobytes()
+        )
     if impl is None:  # the keys draw the same numbers (one impl: each compiles its own)
         a = jax.random.normal(orig["one"], (4,))
         b = jax.random.normal(loaded["one"], (4,))
@@ -257,8 +272,7 @@ class Point(NamedTuple):
 def nested(seed):
     rng = np.random.default_rng(seed)
     return {
-        "list": [rng.normal(size=2), (int(rng.integers(100)), jnp.asarray(rng.normal(size=(2, 2)))),
-                 [[], (), {}]],
+        "list": [rng.normal(size=2), (int(rng.integers(100)), jnp.asarray(rng.normal(size=(2, 2)))), [[], (), {}]],
         "tuple": (np.float32(rng.normal()), {"deep": [{"deeper": (jnp.asarray(rng.integers(0, 9, 3)),)}]}),
         "int_keys": {3: "three", 1: [np.int8(seed)]},
         "ordered": collections.OrderedDict([("z", rng.normal(size=1)), ("a", float(rng.normal()))]),
@@ -284,7 +298,11 @@ def test_nested_containers(tmp_path):
 
 def test_container_mismatch_is_refused(tmp_path):
     nkserde.save({"a": [1, 2], "b": {"c": 1.0}}, tmp_path / "c.nks")
-    for bad in ({"a": [1, 2, 3], "b": {"c": 1.0}}, {"a": [1, 2], "b": {"d": 1.0}},
-                {"a": [1, 2]}, {"a": [1, 2], "b": {"c": 1.0}, "e": 0}):
+    for bad in (
+        {"a": [1, 2, 3], "b": {"c": 1.0}},
+        {"a": [1, 2], "b": {"d": 1.0}},
+        {"a": [1, 2]},
+        {"a": [1, 2], "b": {"c": 1.0}, "e": 0},
+    ):
         with pytest.raises(TemplateMismatchError):
             nkserde.load(bad, tmp_path / "c.nks")

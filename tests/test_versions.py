@@ -24,9 +24,14 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 def _state():
     hilbert = nk.hilbert.Spin(0.5, N=8)
-    return nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=8),
-                          nk.models.RBM(alpha=1, param_dtype=float), n_samples=64, seed=0,
-                          sampler_seed=1, n_discard_per_chain=2)
+    return nk.vqs.MCState(
+        nk.sampler.MetropolisLocal(hilbert, n_chains=8),
+        nk.models.RBM(alpha=1, param_dtype=float),
+        n_samples=64,
+        seed=0,
+        sampler_seed=1,
+        n_discard_per_chain=2,
+    )
 
 
 def _without_log_prob(state: dict) -> dict:
@@ -48,11 +53,14 @@ def test_metropolis_v1_log_prob_is_recomputed_from_the_state(tmp_path):
     sampler = loaded.sampler_state
     want = vs.sampler.machine_pow * np.asarray(vs.model.apply(vs.variables, sampler.σ)).real
     np.testing.assert_allclose(np.asarray(sampler.log_prob), want, rtol=1e-13, atol=1e-13)
-    np.testing.assert_allclose(np.asarray(sampler.log_prob), np.asarray(vs.sampler_state.log_prob),
-                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(sampler.log_prob), np.asarray(vs.sampler_state.log_prob), rtol=1e-13, atol=1e-13
+    )
     # the chains continue as the original's
-    a, b = vs.sampler.sample(vs.model, vs.variables, state=vs.sampler_state, chain_length=4)[0], \
-        loaded.sampler.sample(loaded.model, loaded.variables, state=sampler, chain_length=4)[0]
+    a, b = (
+        vs.sampler.sample(vs.model, vs.variables, state=vs.sampler_state, chain_length=4)[0],
+        loaded.sampler.sample(loaded.model, loaded.variables, state=sampler, chain_length=4)[0],
+    )
     assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
@@ -73,16 +81,26 @@ def test_a_file_from_a_newer_nkserde_is_refused_with_both_versions(tmp_path):
     with pytest.raises(UnsupportedVersionError) as err:
         nkserde.load(vs, tmp_path / "future.nks")
     message = str(err.value)
-    for part in ("future.nks", "netket.vqs.FullSumState", "version 7", "version 1",
-                 f"nkserde {nkserde.info(tmp_path / 'future.nks')['nkserde']}"):
+    for part in (
+        "future.nks",
+        "netket.vqs.FullSumState",
+        "version 7",
+        "version 1",
+        f"nkserde {nkserde.info(tmp_path / 'future.nks')['nkserde']}",
+    ):
         assert part in message, (part, message)
 
 
 def test_old_module_path_names_load():
     # nkserde 0.1 named NetKet internals by module path (NetKet 3.23's)
     cb = nk.callbacks.EarlyStopping(patience=5)
-    state = {"@type": "netket._src.callbacks.early_stopping.EarlyStopping", "@version": 1,
-             "_best_val": -3.5, "_best_iter": 7, "_best_patience_counter": 2}
+    state = {
+        "@type": "netket._src.callbacks.early_stopping.EarlyStopping",
+        "@version": 1,
+        "_best_val": -3.5,
+        "_best_iter": 7,
+        "_best_patience_counter": 2,
+    }
     loaded = nkserde.from_state_dict(cb, state)
     assert (loaded._best_val, loaded._best_iter, loaded._best_patience_counter) == (-3.5, 7, 2)
     assert loaded.patience == 5  # configuration: the template's
@@ -90,8 +108,13 @@ def test_old_module_path_names_load():
 
 def test_convergence_stopping_v1_is_migrated():
     cb = nk.callbacks.ConvergenceStopping(-1.0, smoothing_window=4, patience=3)
-    v1 = {"@type": "netket._src.callbacks.convergence_stopping.ConvergenceStopping", "@version": 1,
-          "_loss_window": [0.0, 0.0, -1.5, -2.5], "_n_losses": 2, "_patience_counter": 1}
+    v1 = {
+        "@type": "netket._src.callbacks.convergence_stopping.ConvergenceStopping",
+        "@version": 1,
+        "_loss_window": [0.0, 0.0, -1.5, -2.5],
+        "_n_losses": 2,
+        "_patience_counter": 1,
+    }
     loaded = nkserde.from_state_dict(cb, v1)
     assert nkserde.state_dict(loaded)["recent_losses"] == [-1.5, -2.5]
     assert nkserde.state_dict(loaded)["patience_counter"] == 1
@@ -103,9 +126,14 @@ class _Versioned:
 
 
 def test_a_migration_receives_the_template_and_the_enclosing_objects():
-    registry.register(_Versioned, name="tests.Versioned", version=2, fields=("w", "norm"),
-                      to_state=lambda o: {"w": o.w, "norm": o.norm},
-                      from_state=lambda t, f: _Versioned(f["w"], f["norm"]))
+    registry.register(
+        _Versioned,
+        name="tests.Versioned",
+        version=2,
+        fields=("w", "norm"),
+        to_state=lambda o: {"w": o.w, "norm": o.norm},
+        from_state=lambda t, f: _Versioned(f["w"], f["norm"]),
+    )
     seen = {}
 
     @nkserde.migration("tests.Versioned", from_version=1)
@@ -117,7 +145,8 @@ def test_a_migration_receives_the_template_and_the_enclosing_objects():
 
     template = _Versioned(np.zeros(3), 0.0)
     loaded = nkserde.from_state_dict(
-        {"x": template}, {"x": {"@type": "tests.Versioned", "@version": 1, "w": np.ones(4)[:3]}})
+        {"x": template}, {"x": {"@type": "tests.Versioned", "@version": 1, "w": np.ones(4)[:3]}}
+    )
     assert loaded["x"].norm == pytest.approx(np.sqrt(3) + 3)
     assert seen["template"] is template and seen["path"] == ("x",) and seen["outer"] is None
 
@@ -130,10 +159,16 @@ def test_migrate_rewrites_at_todays_versions_and_loads_the_same(tmp_path):
     vs.sample()
     vs.reset()
     # a v1 file that needs no template: ConvergenceStopping's old layout
-    old = {"vs": nkserde.state_dict(vs),
-           "cb": {"@type": "netket._src.callbacks.convergence_stopping.ConvergenceStopping",
-                  "@version": 1, "_loss_window": [0.0, -1.0], "_n_losses": 1,
-                  "_patience_counter": 0}}
+    old = {
+        "vs": nkserde.state_dict(vs),
+        "cb": {
+            "@type": "netket._src.callbacks.convergence_stopping.ConvergenceStopping",
+            "@version": 1,
+            "_loss_window": [0.0, -1.0],
+            "_n_losses": 1,
+            "_patience_counter": 0,
+        },
+    }
     nkserde.save_state_dict(old, tmp_path / "old.nks")
     out = nkserde.migrate(tmp_path / "old.nks")
     assert out == tmp_path / "old.migrated.nks"
@@ -168,8 +203,10 @@ def test_migrate_asks_for_a_template_when_a_migration_needs_one(tmp_path):
 
 def test_migrate_keeps_every_process_value(tmp_path):
     # what a file of a 2-process run holds for a per-process field
-    state = {"rng": ProcessValues([np.arange(4, dtype=np.uint32), np.arange(4, dtype=np.uint32) + 9]),
-             "count": ProcessValues([3, 5])}
+    state = {
+        "rng": ProcessValues([np.arange(4, dtype=np.uint32), np.arange(4, dtype=np.uint32) + 9]),
+        "count": ProcessValues([3, 5]),
+    }
     fileformat.write_file(tmp_path / "mp.nks", state, {"process_count": 2})
     out = nkserde.migrate(tmp_path / "mp.nks")
     loaded = nkserde.load_state_dict(out)
@@ -179,8 +216,7 @@ def test_migrate_keeps_every_process_value(tmp_path):
 
 
 def test_format_1_fixture_migrates_to_format_2(tmp_path):
-    old = next(p for p in sorted(FIXTURES.glob("nkserde-*/vmc_adam.nks"))
-               if nkserde.info(p)["format_version"] == 1)
+    old = next(p for p in sorted(FIXTURES.glob("nkserde-*/vmc_adam.nks")) if nkserde.info(p)["format_version"] == 1)
     out = nkserde.migrate(old, tmp_path / "new.nks", template=scenarios._vmc())
     assert nkserde.info(out)["format_version"] == fileformat.FORMAT_VERSION
     assert nkserde.info(out)["migrated_from"]["format_version"] == 1

@@ -24,5 +24,12 @@ from .wrapper import checkpointed, reset_run_numbering
 fingerprint = _fingerprint.fingerprint
 fingerprint_changes = _fingerprint.changes
 
-__all__ = ["FINAL_STOPS", "RESUME_MODES", "Checkpoint", "checkpointed", "fingerprint", "fingerprint_changes",
-           "reset_run_numbering"]
+__all__ = [
+    "FINAL_STOPS",
+    "RESUME_MODES",
+    "Checkpoint",
+    "checkpointed",
+    "fingerprint",
+    "fingerprint_changes",
+    "reset_run_numbering",
+]

@@ -92,13 +92,16 @@ def _run_objects(extra_loggers) -> tuple[tuple, tuple]:
     loggers = list({id(x): x for x in [*loggers, *extra_loggers]}.values())
     for logger in loggers:
         if registry.lookup(type(logger)) is None:
-            warnings.warn(f"nkserde: {type(logger).__name__} is not checkpointed: after a "
-                          "resume its output may hold the steps after the checkpoint twice",
-                          stacklevel=4)
+            warnings.warn(
+                f"nkserde: {type(logger).__name__} is not checkpointed: after a "
+                "resume its output may hold the steps after the checkpoint twice",
+                stacklevel=4,
+            )
     stored_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
     # logger wrappers are handled through their loggers, in place
-    stored_callbacks = tuple(c for c in callbacks if _stateful(c)
-                             and not hasattr(c, "logger") and not run_loop.is_logger(c))
+    stored_callbacks = tuple(
+        c for c in callbacks if _stateful(c) and not hasattr(c, "logger") and not run_loop.is_logger(c)
+    )
     return stored_loggers, stored_callbacks
 
 
@@ -179,11 +182,24 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     # the run being checkpointed
     _run: Any = struct.field(pytree_node=False, serialize=False)
 
-    def __init__(self, directory, *, every: int = 50, keep: int = 3, keep_every: int | None = None,
-                 resume: str = "auto", loggers=(), async_save: bool = True,
-                 signals=(signal.SIGTERM, signal.SIGUSR1), final_stops=FINAL_STOPS,
-                 on_write_error: str = "warn", init_from=None, at: str | None = None, strict: bool = True,
-                 rename=None):
+    def __init__(
+        self,
+        directory,
+        *,
+        every: int = 50,
+        keep: int = 3,
+        keep_every: int | None = None,
+        resume: str = "auto",
+        loggers=(),
+        async_save: bool = True,
+        signals=(signal.SIGTERM, signal.SIGUSR1),
+        final_stops=FINAL_STOPS,
+        on_write_error: str = "warn",
+        init_from=None,
+        at: str | None = None,
+        strict: bool = True,
+        rename=None,
+    ):
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
         if on_write_error not in WRITE_ERROR_MODES:
@@ -205,8 +221,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._files = RunDirectory(self.directory)
         self._retention = Retention(self.keep, keep_every)
         self._writer = CheckpointWriter(self.directory)
-        self._signals = SignalCatcher(self.signals, defer_sigint=not multi_process(),
-                                      busy=lambda: self._run is not None and self._run.dirty_step is not None)
+        self._signals = SignalCatcher(
+            self.signals,
+            defer_sigint=not multi_process(),
+            busy=lambda: self._run is not None and self._run.dirty_step is not None,
+        )
         self._run = None
 
     @property
@@ -244,7 +263,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         raise UnsupportedNetKetError(
             f"nkserde.Checkpoint: {type(driver).__name__}.run of NetKet {nk.__version__} calls "
             f"callbacks as functions, without NetKet's callback hooks (NetKet >= 3.23); save "
-            f"and load the driver with nkserde.save / nkserde.load instead")
+            f"and load the driver with nkserde.save / nkserde.load instead"
+        )
 
     def on_run_start(self, step, driver):
         end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
@@ -293,14 +313,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._save(driver, asynchronous=False)
             raise KeyboardInterrupt
         # stop together: a signal may reach the processes at different steps
-        self._signals.received = any_process(coordination_name("checkpoint:signals", self.directory),
-                                             self._signals.received)
+        self._signals.received = any_process(
+            coordination_name("checkpoint:signals", self.directory), self._signals.received
+        )
         if self._signals.received is not None:
             self.interrupted = signal.Signals(self._signals.received).name
             if run.last_saved != run.completed:
                 self._save(driver, asynchronous=False)
             raise nk.callbacks.StopRun(
-                f"received {self.interrupted}: checkpointed step {run.completed} in {self.directory}")
+                f"received {self.interrupted}: checkpointed step {run.completed} in {self.directory}"
+            )
         if run.completed % self.every == 0 and run.last_saved != run.completed:
             self._save(driver, asynchronous=self.async_save)
 
@@ -331,8 +353,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._save(driver, asynchronous=False, stopped=stopped)
             self.wait()
             if self.interrupted:
-                say(f"{self.directory}: interrupted by {self.interrupted} after step {run.completed}; "
-                    "running the same script again resumes from there")
+                say(
+                    f"{self.directory}: interrupted by {self.interrupted} after step {run.completed}; "
+                    "running the same script again resumes from there"
+                )
         finally:
             interrupt_pending = self._signals.interrupt_pending
             self._finish()
@@ -349,15 +373,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if multi_process():
                 # An error need not strike every process at the same step (or
                 # at all): a save needs all of them, so none is attempted.
-                warnings.warn(f"nkserde: the run failed; the newest checkpoint is step "
-                              f"{run.last_saved}", stacklevel=2)
+                warnings.warn(f"nkserde: the run failed; the newest checkpoint is step {run.last_saved}", stacklevel=2)
             elif run.dirty_step is not None:
                 # The error struck after this step began updating parameters
                 # and before every callback finished it: the driver is
                 # between two steps and cannot be saved as either.
                 warnings.warn(
                     f"nkserde: the run failed while step {run.dirty_step} was being applied; "
-                    f"the newest checkpoint is step {run.last_saved}", stacklevel=2)
+                    f"the newest checkpoint is step {run.last_saved}",
+                    stacklevel=2,
+                )
             else:
                 run.completed = driver.step_count
                 if run.last_saved != run.completed:
@@ -397,8 +422,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             chosen_here.extend(choice or ())
             return str(choice[0]) if choice else None
 
-        chosen = on_process_0(coordination_name("checkpoint:decisions", self.directory), decide,
-                              f"{self.directory}: process 0 could not start the run")
+        chosen = on_process_0(
+            coordination_name("checkpoint:decisions", self.directory),
+            decide,
+            f"{self.directory}: process 0 could not start the run",
+        )
         if chosen is None:
             if self.init_from is not None:
                 self._start_from_another_run(driver)
@@ -412,11 +440,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.resumed_from = driver.step_count
         nothing_to_do = bool(state.get("stopped")) and not run_loop.asks_for_more(driver, state.get("target"))
         if nothing_to_do:
-            say(f"{self.directory}: the run already stopped for good at step {driver.step_count} "
-                f"({path.name}): nothing to do; ask for more steps (n_iter, T) to continue it")
+            say(
+                f"{self.directory}: the run already stopped for good at step {driver.step_count} "
+                f"({path.name}): nothing to do; ask for more steps (n_iter, T) to continue it"
+            )
         else:
-            say(f"{self.directory}: resumed {type(driver).__name__} from step {driver.step_count} "
-                f"({path.name})")
+            say(f"{self.directory}: resumed {type(driver).__name__} from step {driver.step_count} ({path.name})")
         return nothing_to_do
 
     def _start_from_another_run(self, driver):
@@ -431,8 +460,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         except NkserdeError as exc:
             raise type(exc)(f"{self.directory}: init_from={source}: {exc}") from None
         _assign(driver.state, new)
-        say(f"{self.directory}: no checkpoint of this run; starting from the variational state of {source}"
-            + (f" (at {at!r})" if at else ""))
+        say(
+            f"{self.directory}: no checkpoint of this run; starting from the variational state of {source}"
+            + (f" (at {at!r})" if at else "")
+        )
 
     def _check_storable(self, driver, run: _Run):
         """Fails now, not at the first checkpoint ``every`` steps in, if
@@ -454,8 +485,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 if key in stored:
                     restored.append((obj, api.from_state_dict(obj, stored[key])))
                 else:
-                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty",
-                                  stacklevel=3)
+                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=3)
         # In place: the script's own variational state object gets the numbers.
         _assign(driver.state, new.state)
         _assign(driver, new, skip=("_variational_state",))
@@ -477,8 +507,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             state = host_copy(state)
         path = self.path(completed)
         try:
-            self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous,
-                                target=path)
+            self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous, target=path)
         except NkserdeError as exc:
             self._write_failed(exc)
 
@@ -516,8 +545,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if raise_write_error:
             self._settle_write_error()
         elif self._writer.error is not None:
-            say(f"{self.directory}: writing a checkpoint failed: {self._writer.discard_error()}",
-                logging.WARNING)
+            say(f"{self.directory}: writing a checkpoint failed: {self._writer.discard_error()}", logging.WARNING)
 
 
 class _Run:

@@ -40,11 +40,13 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         if changes and resume != "force":
             raise NkserdeError(
                 f"{directory}: the run differs from the one that wrote these checkpoints "
-                "(use resume='force' to load anyway, or resume='never' to start fresh):\n  "
-                + "\n  ".join(changes))
+                "(use resume='force' to load anyway, or resume='never' to start fresh):\n  " + "\n  ".join(changes)
+            )
         if changes:
-            say(f"{directory}: resume='force': resuming despite {len(changes)} changes; "
-                "the new settings apply", logging.WARNING)
+            say(
+                f"{directory}: resume='force': resuming despite {len(changes)} changes; the new settings apply",
+                logging.WARNING,
+            )
         if not run_fingerprint.comparable(saved):
             say(f"{directory}: fingerprint.json was written by an older nkserde; not compared")
     for step in reversed(existing):

@@ -43,12 +43,14 @@ class DirectoryLock:
                         self.path.unlink()
                     continue
                 if f"{host} {pid}" == me:
-                    raise NkserdeError(f"{self.path.parent}: this process is already running "
-                                       "a checkpointed run on this directory") from None
+                    raise NkserdeError(
+                        f"{self.path.parent}: this process is already running a checkpointed run on this directory"
+                    ) from None
                 owner = f"process {pid} on host {host}" if host else "a process that is writing its lock"
                 raise NkserdeError(
                     f"{self.path.parent}: checkpoint directory is in use by {owner} (lock file "
-                    f"{self.path}); two runs must not share a directory") from None
+                    f"{self.path}); two runs must not share a directory"
+                ) from None
             with os.fdopen(fd, "w") as f:
                 f.write(me)
             self.held = True

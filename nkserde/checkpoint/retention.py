@@ -1,7 +1,7 @@
 """Which checkpoints a directory keeps: a pure policy, no files.
 
-    >>> Retention(keep=2, keep_every=10).retired([5, 10, 15, 20, 25], newest=25)
-    [5, 15]
+>>> Retention(keep=2, keep_every=10).retired([5, 10, 15, 20, 25], newest=25)
+[5, 15]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Retention:
     def kept(self, steps, newest: int) -> list[int]:
         """The steps of ``steps`` that stay, ascending."""
         candidates = sorted(s for s in steps if s <= newest)
-        keep = set(candidates[-self.keep:])
+        keep = set(candidates[-self.keep :])
         if self.keep_every:
             keep |= {s for s in candidates if s % self.keep_every == 0}
         keep |= {s for s in steps if s > newest}

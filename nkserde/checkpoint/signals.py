@@ -56,8 +56,7 @@ class SignalCatcher:
             signal.signal(signum, record)
 
         previous_sigint = signal.getsignal(signal.SIGINT)
-        if (not self.defer_sigint or signal.SIGINT in self.signals
-                or previous_sigint is not signal.default_int_handler):
+        if not self.defer_sigint or signal.SIGINT in self.signals or previous_sigint is not signal.default_int_handler:
             return self
 
         def on_sigint(signum, frame):

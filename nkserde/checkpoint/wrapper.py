@@ -48,16 +48,24 @@ def checkpointed(driver, directory, **options):
         _RUN_CALLS[key] = index + 1
         ckpt = Checkpoint(directory / f"run-{index}", **options)
         type(self).last_checkpoint = ckpt
-        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) \
-            else [callback]
+        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
         return base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
 
     run.__doc__ = base.run.__doc__
     # A subclass made for this driver alone: it stays a VMC (TDVP, ...) for
     # isinstance, NetKet and nkserde, and only run() differs.
-    wrapper = type(base.__name__, (base,), {
-        "run": run, "last_checkpoint": None, "checkpoint_directory": directory,
-        "_nkserde_wrapper": True, "__module__": base.__module__, "__qualname__": base.__qualname__,
-        "__doc__": base.__doc__})
+    wrapper = type(
+        base.__name__,
+        (base,),
+        {
+            "run": run,
+            "last_checkpoint": None,
+            "checkpoint_directory": directory,
+            "_nkserde_wrapper": True,
+            "__module__": base.__module__,
+            "__qualname__": base.__qualname__,
+            "__doc__": base.__doc__,
+        },
+    )
     driver.__class__ = wrapper
     return driver

@@ -23,5 +23,18 @@ from .layout import FORMAT_VERSION, MAGIC
 from .reader import LazyArray, LazyFile, materialize, read_arrays, read_file, read_header, read_index, verify_steps
 from .writer import drain, write_file, write_file_steps
 
-__all__ = ["FORMAT_VERSION", "LazyArray", "LazyFile", "MAGIC", "drain", "materialize", "read_arrays", "read_file",
-           "read_header", "read_index", "write_file", "write_file_steps", "verify_steps"]
+__all__ = [
+    "FORMAT_VERSION",
+    "LazyArray",
+    "LazyFile",
+    "MAGIC",
+    "drain",
+    "materialize",
+    "read_arrays",
+    "read_file",
+    "read_header",
+    "read_index",
+    "write_file",
+    "write_file_steps",
+    "verify_steps",
+]

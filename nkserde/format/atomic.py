@@ -84,10 +84,12 @@ def fsync_directory(directory: Path) -> None:
 
 def write_error(target, step: str, exc: OSError, untouched: bool = True) -> FileWriteError:
     """The FileWriteError of a save of ``target`` whose ``step`` failed."""
-    state = ("the file at the target is untouched" if untouched else
-             "the new file is in place but may not survive a crash of the machine")
-    error = FileWriteError(exc.errno, f"{target}: save failed while {step}: "
-                                      f"{exc.strerror or exc} ({state})")
+    state = (
+        "the file at the target is untouched"
+        if untouched
+        else "the new file is in place but may not survive a crash of the machine"
+    )
+    error = FileWriteError(exc.errno, f"{target}: save failed while {step}: {exc.strerror or exc} ({state})")
     error.filename = str(target)
     return error
 

@@ -21,12 +21,32 @@ PAYLOAD_START = 64
 DTYPES: dict[str, np.dtype] = {
     name: np.dtype(name)
     for name in (
-        "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-        "uint64", "float16", "float32", "float64", "complex64", "complex128",
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
     )
 }
-for _name in ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3b11fnuz",
-              "float8_e4m3fnuz", "float8_e5m2fnuz", "int4", "uint4"):
+for _name in (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "int4",
+    "uint4",
+):
     if hasattr(ml_dtypes, _name):
         DTYPES[_name] = np.dtype(getattr(ml_dtypes, _name))
 

@@ -62,7 +62,8 @@ def current() -> Limits:
     else the defaults."""
     return Limits(
         _override.get("max_header_bytes") or _env("NKSERDE_MAX_HEADER_BYTES", DEFAULT_MAX_HEADER_BYTES),
-        _override.get("max_load_bytes") or _env("NKSERDE_MAX_LOAD_BYTES", _physical_memory()))
+        _override.get("max_load_bytes") or _env("NKSERDE_MAX_LOAD_BYTES", _physical_memory()),
+    )
 
 
 def set_load_limits(*, max_load_bytes: int | None = None, max_header_bytes: int | None = None) -> Limits:

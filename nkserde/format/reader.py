@@ -18,7 +18,13 @@ from ..parts import ProcessValues
 from . import codecs, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (
-    ALIGNMENT, DTYPES, END_MAGIC, FORMAT_VERSION, MAGIC, PREAMBLE, TRAILER,
+    ALIGNMENT,
+    DTYPES,
+    END_MAGIC,
+    FORMAT_VERSION,
+    MAGIC,
+    PREAMBLE,
+    TRAILER,
 )
 
 _INDEX_KEYS = {"dtype", "shape", "offset", "nbytes", "stored", "codec", "checksum"}
@@ -65,7 +71,8 @@ def _open_header(f, path) -> tuple[dict, int]:
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(
             f"{path}: file format version {version} is newer than this nkserde "
-            f"supports (format version {FORMAT_VERSION}); upgrade nkserde")
+            f"supports (format version {FORMAT_VERSION}); upgrade nkserde"
+        )
     if version < 1:
         raise _corrupt(path, f"invalid format version {version}")
     f.seek(size - TRAILER.size)
@@ -77,7 +84,8 @@ def _open_header(f, path) -> tuple[dict, int]:
     if length > max_header:
         raise limits.LoadLimitError(
             f"{path}: header of {length} bytes is larger than the limit of {max_header} bytes "
-            "(nkserde.set_load_limits(max_header_bytes=...) or NKSERDE_MAX_HEADER_BYTES raise it)")
+            "(nkserde.set_load_limits(max_header_bytes=...) or NKSERDE_MAX_HEADER_BYTES raise it)"
+        )
     f.seek(offset)
     raw = _read_exact(f, length, path, "header")
     if checksum(raw) != digest:
@@ -86,9 +94,13 @@ def _open_header(f, path) -> tuple[dict, int]:
         header = msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises many types; all mean the same here
         raise _corrupt(path, f"header is not valid msgpack ({type(exc).__name__}: {exc})") from None
-    if (not isinstance(header, dict) or header.get("format_version") != version
-            or not isinstance(header.get("meta"), dict) or "tree" not in header
-            or not isinstance(header.get("arrays"), list)):
+    if (
+        not isinstance(header, dict)
+        or header.get("format_version") != version
+        or not isinstance(header.get("meta"), dict)
+        or "tree" not in header
+        or not isinstance(header.get("arrays"), list)
+    ):
         raise _corrupt(path, "header does not have the nkserde layout")
     return header, offset
 
@@ -133,13 +145,21 @@ def _check_blocked(entry, i, payload_end, path):
         raise _corrupt(path, f"array {i}: malformed block list")
     boxes = []
     for block in blocks:
-        if (not isinstance(block, dict) or set(block) != _BLOCK_KEYS or not _is_index(block["start"])
-                or not _is_index(block["shape"]) or len(block["start"]) != len(shape)
-                or len(block["shape"]) != len(shape)
-                or any(s + n > d for s, n, d in zip(block["start"], block["shape"], shape))):
+        if (
+            not isinstance(block, dict)
+            or set(block) != _BLOCK_KEYS
+            or not _is_index(block["start"])
+            or not _is_index(block["shape"])
+            or len(block["start"]) != len(shape)
+            or len(block["shape"]) != len(shape)
+            or any(s + n > d for s, n, d in zip(block["start"], block["shape"], shape))
+        ):
             raise _corrupt(path, f"array {i}: malformed block {block!r:.200}")
-        block = {**block, "dtype": entry["dtype"],
-                 "nbytes": math.prod(block["shape"]) * DTYPES[entry["dtype"]].itemsize}
+        block = {
+            **block,
+            "dtype": entry["dtype"],
+            "nbytes": math.prod(block["shape"]) * DTYPES[entry["dtype"]].itemsize,
+        }
         _check_storage(block, i, block["shape"], payload_end, path)
         boxes.append((block["start"], block["shape"], block))
     if sum(math.prod(n) for _, n, _ in boxes) != math.prod(shape):
@@ -158,8 +178,9 @@ def _check_disjoint(boxes, i, path):
         raise _corrupt(path, f"array {i}: {len(boxes)} blocks cut the array into too many pieces")
     painted = np.zeros([len(c) - 1 for c in cuts], bool)
     for start, block in boxes:
-        index = tuple(slice(bisect.bisect_left(c, s), bisect.bisect_left(c, s + n))
-                      for c, s, n in zip(cuts, start, block))
+        index = tuple(
+            slice(bisect.bisect_left(c, s), bisect.bisect_left(c, s + n)) for c, s, n in zip(cuts, start, block)
+        )
         if painted[index].any():
             raise _corrupt(path, f"array {i}: blocks overlap")
         painted[index] = True
@@ -177,8 +198,11 @@ def _check_storage(entry, i, shape, payload_end, path):
     if entry["codec"] == codecs.RAW and entry["stored"] != entry["nbytes"]:
         raise _corrupt(path, f"array {i}: raw array with stored length != size")
     if entry["codec"] == codecs.ZSTD and entry["nbytes"] > entry["stored"] * limits.MAX_ZSTD_RATIO:
-        raise _corrupt(path, f"array {i} ({dtype}{list(shape)}): {entry['nbytes']} bytes cannot come "
-                             f"from a zstd frame of {entry['stored']} bytes")
+        raise _corrupt(
+            path,
+            f"array {i} ({dtype}{list(shape)}): {entry['nbytes']} bytes cannot come "
+            f"from a zstd frame of {entry['stored']} bytes",
+        )
     if entry["offset"] % ALIGNMENT or entry["offset"] + entry["stored"] > payload_end:
         raise _corrupt(path, f"array {i}: payload position out of bounds")
 
@@ -226,8 +250,11 @@ def _read_array(f, entry, i, path) -> np.ndarray:
             raise _corrupt(path, f"array {i} ({entry['dtype']}{list(shape)}): payload checksum mismatch")
         declared = codecs.content_size(frame)
         if declared is not None and declared != nbytes:
-            raise _corrupt(path, f"array {i} ({entry['dtype']}{list(shape)}): the zstd frame declares "
-                                 f"{declared} bytes, the index {nbytes}")
+            raise _corrupt(
+                path,
+                f"array {i} ({entry['dtype']}{list(shape)}): the zstd frame declares "
+                f"{declared} bytes, the index {nbytes}",
+            )
         out = aligned_empty(nbytes)
         view, filled = memoryview(out), 0
         try:
@@ -252,7 +279,8 @@ def _check_load_size(entries, path, what="the arrays of this file decode"):
     if total > limit:
         raise limits.LoadLimitError(
             f"{path}: {what} to {total} bytes, more than the limit of {limit} bytes "
-            "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+            "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)"
+        )
 
 
 def read_file(path) -> tuple[dict, object]:
@@ -262,11 +290,15 @@ def read_file(path) -> tuple[dict, object]:
     with read_errors(path), open(path, "rb", buffering=0) as f:
         header, payload_end = _open_header(f, path)
         # the whole index is checked, and the load's size, before any array is allocated
-        checked = [_check_entry(entry, i, payload_end, path, header["format_version"])
-                   for i, entry in enumerate(header["arrays"])]
+        checked = [
+            _check_entry(entry, i, payload_end, path, header["format_version"])
+            for i, entry in enumerate(header["arrays"])
+        ]
         _check_load_size(header["arrays"], path)
-        arrays = [_read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
-                  for i, (entry, blocks) in enumerate(zip(header["arrays"], checked))]
+        arrays = [
+            _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
+            for i, (entry, blocks) in enumerate(zip(header["arrays"], checked))
+        ]
     try:
         tree = tree_codec.decode(header["tree"], arrays, set())
     except (ValueError, RecursionError) as exc:
@@ -291,10 +323,13 @@ class LazyFile:
                 self.header, payload_end = _open_header(self._file, self.path)
             version = self.header["format_version"]
             # every entry is validated before any of its fields is used
-            checked = [_check_entry(entry, i, payload_end, self.path, version)
-                       for i, entry in enumerate(self.header["arrays"])]
-            self.arrays = [LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
-                           for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))]
+            checked = [
+                _check_entry(entry, i, payload_end, self.path, version) for i, entry in enumerate(self.header["arrays"])
+            ]
+            self.arrays = [
+                LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
+                for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))
+            ]
             try:
                 self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
             except (ValueError, RecursionError) as exc:
@@ -321,7 +356,8 @@ class LazyFile:
                 raise limits.LoadLimitError(
                     f"{self.path}: array {i} would bring this load to {self._decoded + entry['nbytes']} "
                     f"decoded bytes, more than the limit of {limit} bytes "
-                    "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)")
+                    "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)"
+                )
             with read_errors(self.path):
                 out = _read_array(self._file, entry, i, self.path)
             self._decoded += entry["nbytes"]
@@ -381,8 +417,9 @@ class LazyArray:
         if full and self._row is None and len(blocks) == 1 and list(blocks[0][1]) == list(self._base_shape):
             out = self._source.read_block(blocks[0][2], self._i)  # the common case: no copy
             return out
-        _check_load_size([{"dtype": self.dtype_name, "shape": shape}], self._source.path,
-                         f"array {self._i}: the part read decodes")  # allocated before its blocks are read
+        _check_load_size(
+            [{"dtype": self.dtype_name, "shape": shape}], self._source.path, f"array {self._i}: the part read decodes"
+        )  # allocated before its blocks are read
         out = aligned_empty(math.prod(shape) * self.dtype.itemsize).view(self.dtype).reshape(shape)
         for j, (b_start, b_shape, _entry) in enumerate(blocks):
             box = _overlap(start, shape, b_start, b_shape)
@@ -398,10 +435,16 @@ class LazyArray:
         """A read-only memory map of the stored bytes if they are raw and one
         block (unverified: :meth:`read` checks the checksum), else :meth:`read`."""
         blocks = self._blocks
-        if (self._row is None and len(blocks) == 1 and blocks[0][2]["codec"] == codecs.RAW
-                and list(blocks[0][1]) == list(self._base_shape) and self.size):
-            return np.memmap(self._source.path, dtype=self.dtype, mode="r",
-                             offset=blocks[0][2]["offset"], shape=self.shape)
+        if (
+            self._row is None
+            and len(blocks) == 1
+            and blocks[0][2]["codec"] == codecs.RAW
+            and list(blocks[0][1]) == list(self._base_shape)
+            and self.size
+        ):
+            return np.memmap(
+                self._source.path, dtype=self.dtype, mode="r", offset=blocks[0][2]["offset"], shape=self.shape
+            )
         return self.read()
 
 
@@ -458,8 +501,9 @@ def verify_steps(path):
                     remaining -= n
                     yield
                 if hasher.intdigest() != block["checksum"]:
-                    raise _corrupt(path, f"array {i} ({block['dtype']}{list(block['shape'])}): "
-                                         "payload checksum mismatch")
+                    raise _corrupt(
+                        path, f"array {i} ({block['dtype']}{list(block['shape'])}): payload checksum mismatch"
+                    )
     try:
         # the tree's references, against placeholders of the arrays' shapes
         shapes = [np.broadcast_to(np.zeros((), np.uint8), tuple(e["shape"])) for e in header["arrays"]]
@@ -482,11 +526,16 @@ def read_index(path) -> tuple[dict, list]:
     table = []
     for i, entry in enumerate(header["arrays"]):
         blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
-        table.append({
-            "dtype": entry["dtype"], "shape": list(entry["shape"]),
-            "nbytes": math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize,
-            "stored": sum(b["stored"] for _, _, b in blocks),
-            "codecs": sorted({b["codec"] for _, _, b in blocks}), "blocks": len(blocks)})
+        table.append(
+            {
+                "dtype": entry["dtype"],
+                "shape": list(entry["shape"]),
+                "nbytes": math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize,
+                "stored": sum(b["stored"] for _, _, b in blocks),
+                "codecs": sorted({b["codec"] for _, _, b in blocks}),
+                "blocks": len(blocks),
+            }
+        )
     return header, table
 
 
@@ -498,7 +547,7 @@ def read_arrays(path, indices=None):
     with read_errors(path), open(path, "rb", buffering=0) as f:
         header, payload_end = _open_header(f, path)
         entries = header["arrays"]
-        for i in (range(len(entries)) if indices is None else indices):
+        for i in range(len(entries)) if indices is None else indices:
             if not 0 <= i < len(entries):
                 raise _corrupt(path, f"array reference {i} out of range")
             entry = entries[i]

@@ -32,8 +32,17 @@ _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
 MAX_DEPTH = 128
 
 
-def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_processes: int = 1,
-           deferred: list | None = None, _path=(), _stacked=False):
+def encode(
+    tree,
+    arrays: list,
+    paths: list | None = None,
+    *,
+    rank: int = 0,
+    n_processes: int = 1,
+    deferred: list | None = None,
+    _path=(),
+    _stacked=False,
+):
     """Returns the msgpack-safe tree; appends every array (numpy array or
     GlobalArray) to ``arrays`` in tree order and its path to ``paths``.
     Tuples become lists. In a per-process value, an array ``a`` of process
@@ -43,14 +52,31 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
     and, on process 0, is appended to ``deferred``: :func:`encode_deferred`
     then fills it in, numbering its arrays after all the others, so that
     the arrays every process has get the same numbers everywhere."""
+
     def enc(v, key, stacked=_stacked):
-        return encode(v, arrays, paths, rank=rank, n_processes=n_processes, _path=_path + (key,),
-                      _stacked=stacked, deferred=deferred)
+        return encode(
+            v,
+            arrays,
+            paths,
+            rank=rank,
+            n_processes=n_processes,
+            _path=_path + (key,),
+            _stacked=stacked,
+            deferred=deferred,
+        )
 
     if isinstance(tree, Primary):
         if n_processes == 1 or deferred is None:
-            return encode(tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path,
-                          _stacked=_stacked, deferred=deferred)
+            return encode(
+                tree.value,
+                arrays,
+                paths,
+                rank=rank,
+                n_processes=n_processes,
+                _path=_path,
+                _stacked=_stacked,
+                deferred=deferred,
+            )
         node = {PRIMARY: None}
         if rank == 0:
             deferred.append((node, tree.value, _path))
@@ -65,8 +91,9 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
     if isinstance(tree, ProcessValues):
         return _encode_process_values(tree, arrays, paths, _path)
     if isinstance(tree, PerProcess):
-        inner = encode(tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path,
-                       _stacked=True, deferred=deferred)
+        inner = encode(
+            tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path, _stacked=True, deferred=deferred
+        )
         return inner if _stacked else {PER_PROCESS: [inner]}  # nested: already per process
     if isinstance(tree, (np.ndarray, GlobalArray)):
         if _stacked:
@@ -74,8 +101,7 @@ def encode(tree, arrays: list, paths: list | None = None, *, rank: int = 0, n_pr
                 raise TypeError(f"{_path}: a per-process value cannot hold an array spread over processes")
             row = tree[np.newaxis]
             if n_processes > 1:
-                row = GlobalArray((n_processes, *tree.shape), tree.dtype,
-                                  (((rank,) + (0,) * tree.ndim, row),))
+                row = GlobalArray((n_processes, *tree.shape), tree.dtype, (((rank,) + (0,) * tree.ndim, row),))
             arrays.append(row)
         else:
             arrays.append(tree)
@@ -103,7 +129,8 @@ def _check_text(value, path, what: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise UnregisteredTypeError(
-            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate)") from None
+            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate)"
+        ) from None
 
 
 def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> dict:
@@ -119,8 +146,7 @@ def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> di
     first = len(arrays)
     for j in range(len(encoded[0][1])):
         column = [rows[j] for _, rows in encoded]
-        if any(isinstance(a, GlobalArray) or a.shape != column[0].shape or a.dtype != column[0].dtype
-               for a in column):
+        if any(isinstance(a, GlobalArray) or a.shape != column[0].shape or a.dtype != column[0].dtype for a in column):
             raise UnregisteredTypeError(f"{format_path(path)}: per-process arrays of different shapes or dtypes")
         arrays.append(np.stack(column))
         if paths is not None:
@@ -174,7 +200,7 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int
     _depth += 1
     if isinstance(tree, dict):
         if len(tree) == 1:
-            (key, value), = tree.items()
+            ((key, value),) = tree.items()
             if key == ARRAY:
                 i = _array_ref(value, arrays)
                 if i in used or (STACKED, i) in used:
@@ -187,8 +213,7 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int
                     raise ValueError(f"stacked array {i} outside a per-process value")
                 rank, count = _row
                 if arrays[i].ndim < 1 or arrays[i].shape[0] != count:
-                    raise ValueError(f"stacked array {i} has shape {list(arrays[i].shape)}, "
-                                     f"expected {count} rows")
+                    raise ValueError(f"stacked array {i} has shape {list(arrays[i].shape)}, expected {count} rows")
                 if (i, rank) in used or i in used:
                     raise ValueError(f"array {i} referenced twice")
                 used.update(((i, rank), (STACKED, i)))
@@ -205,8 +230,7 @@ def decode(tree, arrays: list, used: set, _row: tuple | None = None, _depth: int
                     raise ValueError(f"malformed integer {value!r}")
                 return int(value)
             if key == COMPLEX:
-                if (not isinstance(value, list) or len(value) != 2
-                        or not all(isinstance(v, float) for v in value)):
+                if not isinstance(value, list) or len(value) != 2 or not all(isinstance(v, float) for v in value):
                     raise ValueError(f"malformed complex {value!r}")
                 return complex(value[0], value[1])
         return {k: decode(v, arrays, used, _row, _depth) for k, v in tree.items()}
@@ -233,7 +257,7 @@ def outline(tree, _path=(), _per_process=False):
     malformed marker."""
     if isinstance(tree, dict):
         if len(tree) == 1:
-            (key, value), = tree.items()
+            ((key, value),) = tree.items()
             if key in (ARRAY, STACKED):
                 if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                     raise ValueError(f"malformed array reference {value!r}")

@@ -37,15 +37,25 @@ import msgpack
 import numpy as np
 
 from ..errors import (
-    DistributedSaveError, NkserdeError, ProcessMismatchError, UnregisteredTypeError, format_path,
+    DistributedSaveError,
+    NkserdeError,
+    ProcessMismatchError,
+    UnregisteredTypeError,
+    format_path,
 )
 from ..parts import GlobalArray
 from . import codecs, tree_codec
 from .atomic import atomic_write, fsync_directory, remove_stale_temps, remove_temp, temp_name, write_error
 from .checksum import checksum, streaming_checksum
 from .layout import (
-    END_MAGIC, FORMAT_VERSION, MAGIC, PAYLOAD_START, PREAMBLE, TRAILER,
-    aligned_offset, dtype_name,
+    END_MAGIC,
+    FORMAT_VERSION,
+    MAGIC,
+    PAYLOAD_START,
+    PREAMBLE,
+    TRAILER,
+    aligned_offset,
+    dtype_name,
 )
 
 _ZEROS = bytes(PAYLOAD_START)
@@ -186,8 +196,7 @@ def write_file_steps(path, tree, meta: dict):
                 raise TypeError("an array spread over processes needs write_file_together")
             name = _dtype(array, where)
             entry, position = yield from _stream_array_steps(f, array, position)
-            index.append({"dtype": name, "shape": list(array.shape),
-                          "nbytes": array.nbytes, **entry})
+            index.append({"dtype": name, "shape": list(array.shape), "nbytes": array.nbytes, **entry})
             yield
         _finish(f, position, encoded, index, meta)
     return path
@@ -327,7 +336,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
         state["common"] = len(arrays)  # arrays every process has; then process 0's records
         tree_codec.encode_deferred(deferred, arrays, paths)
         described, mine, digests = [], {}, {}
-        for i, (array, where) in enumerate(zip(arrays[:state["common"]], paths)):
+        for i, (array, where) in enumerate(zip(arrays[: state["common"]], paths)):
             if isinstance(array, GlobalArray):
                 blocks = []
                 for start, block in array.blocks:
@@ -338,19 +347,18 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                         codec, payload, digest = _prepare_block(_bytes_of(block))
                         blocks.append([list(start), list(block.shape), len(payload), codec, digest])
                         mine[(i, tuple(start))] = (codec, payload, digest)
-                described.append({"dtype": _dtype(array, where), "shape": list(array.shape),
-                                  "blocks": blocks})
+                described.append({"dtype": _dtype(array, where), "shape": list(array.shape), "blocks": blocks})
             else:  # replicated: written by 0, checked everywhere
                 digest = checksum(_bytes_of(array))
-                described.append({"dtype": _dtype(array, where), "shape": list(array.shape),
-                                  "checksum": digest})
+                described.append({"dtype": _dtype(array, where), "shape": list(array.shape), "checksum": digest})
                 digests[i] = digest  # process 0 need not hash it again when it writes it raw
         return encoded, described, mine, digests
 
     state = {}
     encoded, described, mine, digests = _agree(comm, "encoding the state", describe)
-    own = msgpack.packb({"tree": encoded, "arrays": described, "host": socket.gethostname(),
-                         "pid": os.getpid()}, use_bin_type=True)
+    own = msgpack.packb(
+        {"tree": encoded, "arrays": described, "host": socket.gethostname(), "pid": os.getpid()}, use_bin_type=True
+    )
     everyone = [msgpack.unpackb(b, raw=False, strict_map_key=False) for b in comm.allgather(own)]
 
     # -- the same checks and the same layout on every process
@@ -361,12 +369,14 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
             where, a, b = found
             raise ProcessMismatchError(
                 f"{path}: {format_path(where)}: process 0 has {a!r:.120}, process {r} has {b!r:.120}; "
-                "values that are not marked per-process must be the same on every process")
+                "values that are not marked per-process must be the same on every process"
+            )
     n_arrays = len(everyone[0]["arrays"])
     for r, other in enumerate(everyone):
         if len(other["arrays"]) != n_arrays:
-            raise ProcessMismatchError(f"{path}: process {r} has {len(other['arrays'])} arrays, "
-                                       f"process 0 has {n_arrays}")
+            raise ProcessMismatchError(
+                f"{path}: process {r} has {len(other['arrays'])} arrays, process 0 has {n_arrays}"
+            )
     for i in range(n_arrays):
         first = everyone[0]["arrays"][i]
         for r, other in enumerate(everyone):
@@ -374,18 +384,21 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
             if (a["dtype"], a["shape"], "blocks" in a) != (first["dtype"], first["shape"], "blocks" in first):
                 raise ProcessMismatchError(
                     f"{path}: {format_path(paths[i])}: process 0 has {first['dtype']}{first['shape']}, "
-                    f"process {r} has {a['dtype']}{a['shape']}")
+                    f"process {r} has {a['dtype']}{a['shape']}"
+                )
             if "checksum" in a and a["checksum"] != first["checksum"]:
                 raise ProcessMismatchError(
                     f"{path}: {format_path(paths[i])}: the replicated array {a['dtype']}{a['shape']} "
                     f"differs between process 0 and process {r} (checksums {first['checksum']:x} "
-                    f"and {a['checksum']:x}); replicated values must be equal on every process")
+                    f"and {a['checksum']:x}); replicated values must be equal on every process"
+                )
         if "blocks" in first:
             volume = sum(int(np.prod(b[1])) for o in everyone for b in o["arrays"][i]["blocks"])
             if volume != int(np.prod(first["shape"])):
                 raise ProcessMismatchError(
                     f"{path}: {format_path(paths[i])}: the processes' blocks hold {volume} elements of "
-                    f"an array of shape {first['shape']}")
+                    f"an array of shape {first['shape']}"
+                )
 
     # layout: others' blocks first, process order, then process 0's region
     position = PREAMBLE.size
@@ -412,13 +425,15 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
 
         def write_blocks():
             if rank == 0:
-                state["index"] = _write_region0(state["file"], region0, arrays, everyone, offsets, mine,
-                                                digests, state["common"])
+                state["index"] = _write_region0(
+                    state["file"], region0, arrays, everyone, offsets, mine, digests, state["common"]
+                )
                 return
             if not temp.exists():
                 raise NkserdeError(
                     f"{temp}: process {rank} does not see the file process 0 created: the checkpoint "
-                    "directory must be on a file system shared by all processes")
+                    "directory must be on a file system shared by all processes"
+                )
             fd = os.open(temp, os.O_WRONLY)
             try:
                 for (i, start), (codec, payload, _digest) in mine.items():
@@ -439,8 +454,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
                 index, end = state["index"]
                 meta_all = {**meta, "process_count": size}
                 f.seek(end)
-                _finish(f, end, _merge_per_process(everyone[0]["tree"], [o["tree"] for o in everyone]),
-                        index, meta_all)
+                _finish(f, end, _merge_per_process(everyone[0]["tree"], [o["tree"] for o in everyone]), index, meta_all)
                 f.flush()
                 os.fsync(f.fileno())
                 f.close()
@@ -473,8 +487,7 @@ def _write_region0(f, region0, arrays, everyone, offsets, mine, digests, common)
             raise TypeError("a value recorded by process 0 alone cannot hold an array spread over processes")
         if not isinstance(array, GlobalArray):
             entry, position = _stream_array(f, array, position, digests.get(i))
-            index.append({"dtype": _dtype(array), "shape": list(array.shape), "nbytes": array.nbytes,
-                          **entry})
+            index.append({"dtype": _dtype(array), "shape": list(array.shape), "nbytes": array.nbytes, **entry})
             continue
         blocks = []
         for r, other in enumerate(everyone):
@@ -482,9 +495,12 @@ def _write_region0(f, region0, arrays, everyone, offsets, mine, digests, common)
                 if r == 0:
                     entry, position = _stream_array(f, mine[(i, tuple(start))], position)
                 else:
-                    entry = {"offset": offsets[(r, i, tuple(start))], "stored": stored, "codec": codec,
-                             "checksum": digest}
+                    entry = {
+                        "offset": offsets[(r, i, tuple(start))],
+                        "stored": stored,
+                        "codec": codec,
+                        "checksum": digest,
+                    }
                 blocks.append({"start": start, "shape": shape, **entry})
-        index.append({"dtype": everyone[0]["arrays"][i]["dtype"], "shape": list(array.shape),
-                      "blocks": blocks})
+        index.append({"dtype": everyone[0]["arrays"][i]["dtype"], "shape": list(array.shape), "blocks": blocks})
     return index, position

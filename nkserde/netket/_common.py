@@ -27,9 +27,21 @@ def find(*dotted: str):
     return None
 
 
-def register_attributes(cls, name: str, fields: dict[str, str], *, version: int = 1,
-                        doc: str = "", subclasses: bool = False, immutable: bool = False,
-                        adjust=None, dtype_from_file=(), optional=(), aliases=(), finish=None):
+def register_attributes(
+    cls,
+    name: str,
+    fields: dict[str, str],
+    *,
+    version: int = 1,
+    doc: str = "",
+    subclasses: bool = False,
+    immutable: bool = False,
+    adjust=None,
+    dtype_from_file=(),
+    optional=(),
+    aliases=(),
+    finish=None,
+):
     """Registers ``cls`` as a record of attributes: ``fields`` maps the
     nkserde field name to the attribute that holds it. ``optional`` fields
     are attributes only some library versions have (see
@@ -45,8 +57,7 @@ def register_attributes(cls, name: str, fields: dict[str, str], *, version: int 
     layouts)."""
 
     def to_state(obj):
-        state = {key: getattr(obj, attr) for key, attr in fields.items()
-                 if key not in optional or hasattr(obj, attr)}
+        state = {key: getattr(obj, attr) for key, attr in fields.items() if key not in optional or hasattr(obj, attr)}
         return adjust(state) if adjust is not None else state
 
     def from_state(template, restored):
@@ -59,10 +70,19 @@ def register_attributes(cls, name: str, fields: dict[str, str], *, version: int 
                 object.__setattr__(new, attr, value)
         return new if finish is None else finish(template, new)
 
-    return registry.register(cls, name=name, version=version, to_state=to_state,
-                             from_state=from_state, doc=doc, subclasses=subclasses,
-                             dtype_from_file=dtype_from_file, fields=tuple(fields),
-                             optional_fields=optional, aliases=aliases)
+    return registry.register(
+        cls,
+        name=name,
+        version=version,
+        to_state=to_state,
+        from_state=from_state,
+        doc=doc,
+        subclasses=subclasses,
+        dtype_from_file=dtype_from_file,
+        fields=tuple(fields),
+        optional_fields=optional,
+        aliases=aliases,
+    )
 
 
 def module_path(cls) -> str:

@@ -42,22 +42,33 @@ def _register_state(cls, fields: dict, *, module: str, version=1, optional=(), d
     def from_state(template, restored):
         return template.replace(**{fields[k]: v for k, v in restored.items()})
 
-    registry.register(cls, name=f"netket.callbacks.{cls.__name__}", version=version,
-                      to_state=to_state, from_state=from_state, fields=tuple(fields),
-                      optional_fields=optional, aliases=(_nkserde_01_name(cls, module),), doc=doc)
+    registry.register(
+        cls,
+        name=f"netket.callbacks.{cls.__name__}",
+        version=version,
+        to_state=to_state,
+        from_state=from_state,
+        fields=tuple(fields),
+        optional_fields=optional,
+        aliases=(_nkserde_01_name(cls, module),),
+        doc=doc,
+    )
 
 
 _register_state(
     nk.callbacks.EarlyStopping,
-    {"_best_val": "_best_val", "_best_iter": "_best_iter",
-     "_best_patience_counter": "_best_patience_counter"}, module="early_stopping",
+    {"_best_val": "_best_val", "_best_iter": "_best_iter", "_best_patience_counter": "_best_patience_counter"},
+    module="early_stopping",
     doc="_best_val: float, best loss so far; _best_iter: int, its step; "
-        "_best_patience_counter: int, steps since a better loss")
+    "_best_patience_counter: int, steps since a better loss",
+)
 
 _register_state(
-    nk.callbacks.InvalidLossStopping, {"_last_valid_iter": "_last_valid_iter"},
+    nk.callbacks.InvalidLossStopping,
+    {"_last_valid_iter": "_last_valid_iter"},
     module="invalid_loss_stopping",
-    doc="_last_valid_iter: int, the last step with a finite loss")
+    doc="_last_valid_iter: int, the last step with a finite loss",
+)
 
 
 # ConvergenceStopping keeps its recent losses as a deque (NetKet 3.21, 3.22) or
@@ -67,7 +78,7 @@ _register_state(
 def _recent_losses(obj) -> list:
     window = obj._loss_window
     if hasattr(obj, "_n_losses"):
-        return [float(x) for x in window[len(window) - obj._n_losses:]] if obj._n_losses else []
+        return [float(x) for x in window[len(window) - obj._n_losses :]] if obj._n_losses else []
     return [float(x) for x in window]
 
 
@@ -76,29 +87,36 @@ def _convergence_to_state(obj) -> dict:
 
 
 def _convergence_from_state(template, restored):
-    losses = [float(x) for x in restored["recent_losses"]][-template.smoothing_window:]
+    losses = [float(x) for x in restored["recent_losses"]][-template.smoothing_window :]
     if hasattr(template, "_n_losses"):
         window = (0.0,) * (template.smoothing_window - len(losses)) + tuple(losses)
-        return template.replace(_loss_window=window, _n_losses=len(losses),
-                                _patience_counter=restored["patience_counter"])
-    return template.replace(_loss_window=collections.deque(losses, maxlen=template.smoothing_window),
-                            _patience_counter=restored["patience_counter"])
+        return template.replace(
+            _loss_window=window, _n_losses=len(losses), _patience_counter=restored["patience_counter"]
+        )
+    return template.replace(
+        _loss_window=collections.deque(losses, maxlen=template.smoothing_window),
+        _patience_counter=restored["patience_counter"],
+    )
 
 
 registry.register(
-    nk.callbacks.ConvergenceStopping, name="netket.callbacks.ConvergenceStopping", version=2,
-    to_state=_convergence_to_state, from_state=_convergence_from_state,
-    fields=("recent_losses", "patience_counter"), free_fields=("recent_losses",),
+    nk.callbacks.ConvergenceStopping,
+    name="netket.callbacks.ConvergenceStopping",
+    version=2,
+    to_state=_convergence_to_state,
+    from_state=_convergence_from_state,
+    fields=("recent_losses", "patience_counter"),
+    free_fields=("recent_losses",),
     aliases=(_nkserde_01_name(nk.callbacks.ConvergenceStopping, "convergence_stopping"),),
-    doc="recent_losses: list of float, the last (at most smoothing_window) losses, oldest "
-        "first; patience_counter: int")
+    doc="recent_losses: list of float, the last (at most smoothing_window) losses, oldest first; patience_counter: int",
+)
 
 
 @registry.migration("netket.callbacks.ConvergenceStopping", from_version=1)
 def _convergence_v1(fields):
     # version 1: NetKet 3.23's own fields, a fixed-length window and its fill count
     window, filled = list(fields.pop("_loss_window")), int(fields.pop("_n_losses"))
-    fields["recent_losses"] = window[len(window) - filled:] if filled else []
+    fields["recent_losses"] = window[len(window) - filled :] if filled else []
     fields["patience_counter"] = fields.pop("_patience_counter")
     return fields
 
@@ -121,8 +139,12 @@ def _state_fields(cls) -> tuple[str, ...]:
 def _callback_rule(cls):
     """Callbacks without a registration of their own (users', other
     libraries'): the fields their class marks serializable."""
-    if not (_CALLBACK_BASE is not None and isinstance(cls, type) and issubclass(cls, _CALLBACK_BASE)
-            and issubclass(cls, Pytree)):
+    if not (
+        _CALLBACK_BASE is not None
+        and isinstance(cls, type)
+        and issubclass(cls, _CALLBACK_BASE)
+        and issubclass(cls, Pytree)
+    ):
         return None
     fields, state = pytree_fields(cls), _state_fields(cls)
 
@@ -131,9 +153,14 @@ def _callback_rule(cls):
 
     name = f"netket.callbacks.{cls.__name__}" if cls.__module__.startswith("netket.") else module_path(cls)
     return registry.Registration(
-        name, 1, attributes(fields), from_state, aliases=(module_path(cls),),
+        name,
+        1,
+        attributes(fields),
+        from_state,
+        aliases=(module_path(cls),),
         doc="callback: the fields its class marks serializable; on load the "
-            "underscored ones (state) are restored, the others (configuration) are the template's")
+        "underscored ones (state) are restored, the others (configuration) are the template's",
+    )
 
 
 registry.add_rule(_callback_rule)

@@ -15,8 +15,10 @@ from netket.utils.group import FiniteGroup
 from .. import registry
 
 # operators and every other observable (NetKet keeps their common base private)
-_OBSERVABLE = next((c for c in nk.operator.AbstractOperator.__mro__ if c.__name__ == "AbstractObservable"),
-                   nk.operator.AbstractOperator)
+_OBSERVABLE = next(
+    (c for c in nk.operator.AbstractOperator.__mro__ if c.__name__ == "AbstractObservable"),
+    nk.operator.AbstractOperator,
+)
 
 _KINDS = {
     _OBSERVABLE: "netket.operator",
@@ -37,6 +39,12 @@ def _the_template(template, fields):
 
 for _cls, _name in _KINDS.items():
     registry.register(
-        _cls, name=_name, version=1, to_state=_nothing, from_state=_the_template, fields=(),
+        _cls,
+        name=_name,
+        version=1,
+        to_state=_nothing,
+        from_state=_the_template,
+        fields=(),
         subclasses=True,
-        doc="no fields: configuration, taken from the template on load")
+        doc="no fields: configuration, taken from the template on load",
+    )

@@ -45,8 +45,15 @@ def register_attributes(cls, name, fields, **kwargs):
     # parameters of mixed dtypes): a fresh template cannot know the new one.
     # The momentum buffer is an attribute of every driver only from NetKet 3.22.
     optional = ("momentum",) * ("momentum" in fields) + kwargs.pop("optional", ())
-    return _register_attributes(cls, name, fields, dtype_from_file=("optimizer_state",),
-                                optional=optional, adjust=_as_next_step_sees_them, **kwargs)
+    return _register_attributes(
+        cls,
+        name,
+        fields,
+        dtype_from_file=("optimizer_state",),
+        optional=optional,
+        adjust=_as_next_step_sees_them,
+        **kwargs,
+    )
 
 
 _COMMON = {
@@ -56,24 +63,33 @@ _COMMON = {
 _OPTIMIZATION = dict(_COMMON, optimizer_state="_optimizer_state", momentum="_old_updates")
 
 register_attributes(
-    nk.driver.VMC, "netket.driver.VMC",
-    dict(_OPTIMIZATION, preconditioner="_preconditioner"), subclasses=True,
+    nk.driver.VMC,
+    "netket.driver.VMC",
+    dict(_OPTIMIZATION, preconditioner="_preconditioner"),
+    subclasses=True,
     doc="state; optimizer_state: optax state; step: int; momentum: pytree or None; "
-        "preconditioner: SR warm start (or the identity preconditioner)")
+    "preconditioner: SR warm start (or the identity preconditioner)",
+)
 
 register_attributes(
-    nk.driver.SteadyState, "netket.driver.SteadyState",
-    dict(_OPTIMIZATION, preconditioner="_preconditioner"), subclasses=True,
-    doc="as VMC, for the Lindbladian steady state (state: MCMixedState)")
+    nk.driver.SteadyState,
+    "netket.driver.SteadyState",
+    dict(_OPTIMIZATION, preconditioner="_preconditioner"),
+    subclasses=True,
+    doc="as VMC, for the Lindbladian steady state (state: MCMixedState)",
+)
 
 register_attributes(
-    nk.driver.VMC_SR, "netket.driver.VMC_SR",
-    dict(_OPTIMIZATION, loss_statistics="_loss_stats_online"), subclasses=True,
+    nk.driver.VMC_SR,
+    "netket.driver.VMC_SR",
+    dict(_OPTIMIZATION, loss_statistics="_loss_stats_online"),
+    subclasses=True,
     # NetKet 3.21 has no online statistics; 3.22 creates them at the first step
     optional=("loss_statistics",),
     doc="state; optimizer_state; step: int; momentum: pytree or None (SPRING / "
-        "momentum buffer); loss_statistics: online MCMC statistics of the loss "
-        "(netket.stats.OnlineStats; NetKet >= 3.22; diagnostics only)")
+    "momentum buffer); loss_statistics: online MCMC statistics of the loss "
+    "(netket.stats.OnlineStats; NetKet >= 3.22; diagnostics only)",
+)
 
 _INFIDELITY = dict(_OPTIMIZATION, target_state="target_state")
 
@@ -81,10 +97,13 @@ _INFIDELITY = dict(_OPTIMIZATION, target_state="target_state")
 register_attributes(
     # public in netket.driver from NetKet 3.22, experimental before
     find("netket.driver.Infidelity_SR", "netket.experimental.driver.Infidelity_SR"),
-    "netket.driver.Infidelity_SR", _INFIDELITY, subclasses=True,
+    "netket.driver.Infidelity_SR",
+    _INFIDELITY,
+    subclasses=True,
     doc="state; optimizer_state; step: int; momentum: pytree or None; target_state: "
-        "the target's variational state, with the sampler state its next samples are "
-        "drawn from (the driver resamples the target at every step)")
+    "the target's variational state, with the sampler state its next samples are "
+    "drawn from (the driver resamples the target at every step)",
+)
 
 # version 2: loss_stats, the generator's statistics of the last step, which
 # NetKet 3.22's dynamics loop logs at the start of the next run() call
@@ -96,11 +115,11 @@ def _rebind_integrator(template, new):
     bound to the driver and state that built them: the template's. Bind
     them to the loaded driver, or its steps would compute through (and
     update) the template."""
+
     def rebind(fn):
         if not isinstance(fn, functools.partial):
             return fn
-        args = tuple(new.state if a is template.state else new if a is template else a
-                     for a in fn.args)
+        args = tuple(new.state if a is template.state else new if a is template else a for a in fn.args)
         return functools.partial(fn.func, *args, **fn.keywords)
 
     integrator = new._integrator
@@ -108,17 +127,28 @@ def _rebind_integrator(template, new):
         new._integrator = integrator.replace(f=rebind(integrator.f), norm=rebind(integrator.norm))
     return new
 
-register_attributes(
-    nkx.TDVP, "netket.experimental.TDVP", _DYNAMICS, subclasses=True, finish=_rebind_integrator,
-    version=2,
-    doc="state; step: int; integrator: Integrator (time, dt, error control); "
-        "last_update: parameter-shaped pytree, the linear solver's warm start; "
-        "loss_stats: netket.stats.Stats of the generator at the last step, or None")
 
 register_attributes(
-    nkx.driver.TDVPSchmitt, "netket.experimental.TDVPSchmitt", _DYNAMICS, subclasses=True,
-    finish=_rebind_integrator, version=2,
-    doc="as TDVP")
+    nkx.TDVP,
+    "netket.experimental.TDVP",
+    _DYNAMICS,
+    subclasses=True,
+    finish=_rebind_integrator,
+    version=2,
+    doc="state; step: int; integrator: Integrator (time, dt, error control); "
+    "last_update: parameter-shaped pytree, the linear solver's warm start; "
+    "loss_stats: netket.stats.Stats of the generator at the last step, or None",
+)
+
+register_attributes(
+    nkx.driver.TDVPSchmitt,
+    "netket.experimental.TDVPSchmitt",
+    _DYNAMICS,
+    subclasses=True,
+    finish=_rebind_integrator,
+    version=2,
+    doc="as TDVP",
+)
 
 
 def _dynamics_v1(fields):
@@ -135,6 +165,14 @@ for _name in ("netket.experimental.TDVP", "netket.experimental.TDVPSchmitt"):
 # Every driver optimizes or evolves a variational state: a non-strict load of
 # one kind into another (VMC -> VMC_SR, a ground state -> TDVP) takes that
 # state; the rest (optimizer state, step, integrator) is the new driver's own.
-registry.transferable("driver", ("netket.driver.VMC", "netket.driver.VMC_SR", "netket.driver.Infidelity_SR",
-                                 "netket.experimental.TDVP", "netket.experimental.TDVPSchmitt"),
-                      fields=("state",))
+registry.transferable(
+    "driver",
+    (
+        "netket.driver.VMC",
+        "netket.driver.VMC_SR",
+        "netket.driver.Infidelity_SR",
+        "netket.experimental.TDVP",
+        "netket.experimental.TDVPSchmitt",
+    ),
+    fields=("state",),
+)

@@ -39,10 +39,15 @@ def _integrator_from_state(template: Integrator, fields: dict) -> Integrator:
 
 
 registry.register(
-    Integrator, name="netket.experimental.dynamics.Integrator", version=1,
-    to_state=_integrator_to_state, from_state=_integrator_from_state, subclasses=True,
+    Integrator,
+    name="netket.experimental.dynamics.Integrator",
+    version=1,
+    to_state=_integrator_to_state,
+    from_state=_integrator_from_state,
+    subclasses=True,
     fields=tuple(_STATE),
     doc="t: KahanSum{value, compensator}; dt: float64 scalar (adaptive integrators: the "
-        "adapted step, restored; fixed-step ones: the template's is kept); y: parameter pytree; "
-        "step_no, step_no_total: int; last_norm, last_scaled_error: float or None; "
-        "solver_state: solver pytree; flags: int (IntegratorFlags)")
+    "adapted step, restored; fixed-step ones: the template's is kept); y: parameter pytree; "
+    "step_no, step_no_total: int; last_norm, last_scaled_error: float or None; "
+    "solver_state: solver pytree; flags: int (IntegratorFlags)",
+)

@@ -29,10 +29,15 @@ def _flatten(tree, path=()) -> list[dict]:
     if isinstance(tree, HistoryDict):
         tree = tree._data
     if isinstance(tree, History):
-        return [{
-            "path": list(path), "columns": dict(tree._value_dict), "main": tree._value_name,
-            "single": bool(tree._single_value), "keys": list(tree._keys),
-        }]
+        return [
+            {
+                "path": list(path),
+                "columns": dict(tree._value_dict),
+                "main": tree._value_name,
+                "single": bool(tree._single_value),
+                "keys": list(tree._keys),
+            }
+        ]
     items = tree.items() if isinstance(tree, dict) else enumerate(tree or ())
     return [entry for key, value in items for entry in _flatten(value, path + (key,))]
 
@@ -77,26 +82,35 @@ def _runtime_from_state(template, fields):
 
 
 registry.register(
-    nk.logging.RuntimeLog, name="netket.logging.RuntimeLog", version=1,
-    to_state=_runtime_to_state, from_state=_runtime_from_state, subclasses=True,
+    nk.logging.RuntimeLog,
+    name="netket.logging.RuntimeLog",
+    version=1,
+    to_state=_runtime_to_state,
+    from_state=_runtime_from_state,
+    subclasses=True,
     fields=("history", "last_step"),
     free_fields=("history", "last_step"),
     doc="history: list of time series (see module doc); last_step: the last logged step "
-        "(int, or the time for dynamics drivers)")
+    "(int, or the time for dynamics drivers)",
+)
 
 registry.register(
-    nk.logging.JsonLog, name="netket.logging.JsonLog", version=1,
-    to_state=_runtime_to_state, from_state=_runtime_from_state, fields=("history", "last_step"),
+    nk.logging.JsonLog,
+    name="netket.logging.JsonLog",
+    version=1,
+    to_state=_runtime_to_state,
+    from_state=_runtime_from_state,
+    fields=("history", "last_step"),
     free_fields=("history", "last_step"),
-    doc="as RuntimeLog; the .log file is rewritten from the history on flush")
+    doc="as RuntimeLog; the .log file is rewritten from the history on flush",
+)
 
 
 # StateLog ---------------------------------------------------------------------
 
 
 def _state_log_to_state(log) -> dict:
-    return {"last_step": log._old_step, "steps_not_saved": log._steps_notsaved,
-            "next_file": log._file_step}
+    return {"last_step": log._old_step, "steps_not_saved": log._steps_notsaved, "next_file": log._file_step}
 
 
 def _state_log_from_state(template, fields):
@@ -117,12 +131,16 @@ def _state_log_from_state(template, fields):
 
 
 registry.register(
-    nk.logging.StateLog, name="netket.logging.StateLog", version=1,
-    to_state=_state_log_to_state, from_state=_state_log_from_state,
+    nk.logging.StateLog,
+    name="netket.logging.StateLog",
+    version=1,
+    to_state=_state_log_to_state,
+    from_state=_state_log_from_state,
     fields=("last_step", "steps_not_saved", "next_file"),
     free_fields=("last_step",),
     doc="last_step; steps_not_saved: int; next_file: int, the number of the next state file. "
-        "The state files themselves stay on disk and are kept")
+    "The state files themselves stay on disk and are kept",
+)
 
 
 # HDF5Log and TensorBoardLog ------------------------------------------------------
@@ -132,8 +150,11 @@ def _hdf5_to_state(log) -> dict:
     rows = {}
 
     def count(f):
-        f.visititems(lambda name, obj: rows.__setitem__(name, obj.shape[0] if obj.shape else 0)
-                     if isinstance(obj, h5py.Dataset) else None)
+        f.visititems(
+            lambda name, obj: (
+                rows.__setitem__(name, obj.shape[0] if obj.shape else 0) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
 
     if log._writer is not None:
         import h5py
@@ -191,10 +212,16 @@ def resume_files(live, loaded) -> None:
 
 registry.register(
     # netket.experimental.logging before NetKet 3.22
-    find("netket.logging.HDF5Log", "netket.experimental.logging.HDF5Log"), name="netket.logging.HDF5Log", version=1,
-    to_state=_hdf5_to_state, from_state=_hdf5_from_state, free_fields=("rows",), fields=("rows",),
+    find("netket.logging.HDF5Log", "netket.experimental.logging.HDF5Log"),
+    name="netket.logging.HDF5Log",
+    version=1,
+    to_state=_hdf5_to_state,
+    from_state=_hdf5_from_state,
+    free_fields=("rows",),
+    fields=("rows",),
     doc="rows: {dataset path: number of rows at the checkpoint}; on resume the file's "
-        "datasets are cut back to them (datasets first logged later are removed), then appended")
+    "datasets are cut back to them (datasets first logged later are removed), then appended",
+)
 
 
 def _tensorboard_to_state(log) -> dict:
@@ -212,10 +239,15 @@ def _tensorboard_from_state(template, fields):
 
 
 registry.register(
-    nk.logging.TensorBoardLog, name="netket.logging.TensorBoardLog", version=1,
-    to_state=_tensorboard_to_state, from_state=_tensorboard_from_state, fields=("last_step",),
+    nk.logging.TensorBoardLog,
+    name="netket.logging.TensorBoardLog",
+    version=1,
+    to_state=_tensorboard_to_state,
+    from_state=_tensorboard_from_state,
+    fields=("last_step",),
     free_fields=("last_step",),
-    doc="last_step: the last logged step; the resumed writer purges the events after it")
+    doc="last_step: the last logged step; the resumed writer purges the events after it",
+)
 
 
 # MLFlowLog and WandbLog --------------------------------------------------------
@@ -224,8 +256,11 @@ registry.register(
 def _tracking_to_state(log) -> dict:
     run = getattr(log, "_run", None)
     run_id = run.info.run_id if hasattr(run, "info") else getattr(run, "id", None)
-    return {"run_id": run_id or log._run_id, "last_step": log._old_step,
-            "steps_since_last_params": log._steps_since_last_params}
+    return {
+        "run_id": run_id or log._run_id,
+        "last_step": log._old_step,
+        "steps_since_last_params": log._steps_since_last_params,
+    }
 
 
 def _tracking_from_state(template, fields):
@@ -243,8 +278,12 @@ for _name in ("netket.logging.MLFlowLog", "netket.logging.WandbLog"):
     if _cls is None:
         continue
     registry.register(
-        _cls, name=_name, version=1, to_state=_tracking_to_state, from_state=_tracking_from_state,
+        _cls,
+        name=_name,
+        version=1,
+        to_state=_tracking_to_state,
+        from_state=_tracking_from_state,
         fields=("run_id", "last_step", "steps_since_last_params"),
         free_fields=("run_id", "last_step"),
-        doc="run_id: str or None, the tracking run to continue; last_step; "
-            "steps_since_last_params: int")
+        doc="run_id: str or None, the tracking run to continue; last_step; steps_since_last_params: int",
+    )

@@ -24,7 +24,13 @@ def _sr_from_state(template, fields):
 
 
 registry.register(
-    nk.optimizer.SR, name="netket.optimizer.SR", version=1,
-    to_state=_sr_to_state, from_state=_sr_from_state, subclasses=True, fields=("warm_start",),
+    nk.optimizer.SR,
+    name="netket.optimizer.SR",
+    version=1,
+    to_state=_sr_to_state,
+    from_state=_sr_from_state,
+    subclasses=True,
+    fields=("warm_start",),
     doc="warm_start: parameter-shaped pytree or None, the last solution used as the "
-        "initial guess of the iterative solver (solver_restart=False)")
+    "initial guess of the iterative solver (solver_restart=False)",
+)

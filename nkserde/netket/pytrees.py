@@ -32,43 +32,74 @@ def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_nam
     default: the class's module path, where NetKet never moved it)."""
     if cls is None:
         return
-    registry.register(cls, name=name, version=1, to_state=attributes(fields), from_state=replace_record,
-                      fields=fields, aliases=(old_name or module_path(cls),), doc=doc,
-                      from_fields=from_fields)
+    registry.register(
+        cls,
+        name=name,
+        version=1,
+        to_state=attributes(fields),
+        from_state=replace_record,
+        fields=fields,
+        aliases=(old_name or module_path(cls),),
+        doc=doc,
+        from_fields=from_fields,
+    )
 
 
 _register_record(
-    find("netket.utils.summation.KahanSum", "netket.utils.KahanSum"), "netket.utils.KahanSum",
+    find("netket.utils.summation.KahanSum", "netket.utils.KahanSum"),
+    "netket.utils.KahanSum",
     ("value", "compensator"),
-    doc="value: float scalar, the sum; compensator: float scalar, the running rounding error")
+    doc="value: float scalar, the sum; compensator: float scalar, the running rounding error",
+)
 
 _register_record(
     find("netket.experimental.dynamics._solver.AbstractSolverState"),
-    "netket.experimental.dynamics.SolverState", (),
-    doc="no fields: the Runge-Kutta methods keep no state between steps")
+    "netket.experimental.dynamics.SolverState",
+    (),
+    doc="no fields: the Runge-Kutta methods keep no state between steps",
+)
 
 _register_record(
     find("netket.optimizer.preconditioner.IdentityPreconditioner"),
-    "netket.optimizer.IdentityPreconditioner", (),
-    doc="no fields (VMC without a preconditioner)")
+    "netket.optimizer.IdentityPreconditioner",
+    (),
+    doc="no fields (VMC without a preconditioner)",
+)
 
-for _cls_name, _fields in (("LocalRuleState", ("local_states",)),
-                           ("HamiltonianRuleState", ("sections",)),
-                           ("CustomRuleState", ("sections", "rand_op_n", "weight_cumsum"))):
-    _module = {"LocalRuleState": "local_numpy", "HamiltonianRuleState": "hamiltonian_numpy",
-               "CustomRuleState": "custom_numpy"}[_cls_name]
+for _cls_name, _fields in (
+    ("LocalRuleState", ("local_states",)),
+    ("HamiltonianRuleState", ("sections",)),
+    ("CustomRuleState", ("sections", "rand_op_n", "weight_cumsum")),
+):
+    _module = {
+        "LocalRuleState": "local_numpy",
+        "HamiltonianRuleState": "hamiltonian_numpy",
+        "CustomRuleState": "custom_numpy",
+    }[_cls_name]
     _register_record(
-        find(f"netket.sampler.rules.{_module}.{_cls_name}"), f"netket.sampler.rules.{_cls_name}",
-        _fields, doc="numpy sampler rule state: " + ", ".join(_fields) + " (numpy arrays)")
+        find(f"netket.sampler.rules.{_module}.{_cls_name}"),
+        f"netket.sampler.rules.{_cls_name}",
+        _fields,
+        doc="numpy sampler rule state: " + ", ".join(_fields) + " (numpy arrays)",
+    )
 
 
 # VMC_SR's online loss statistics (NetKet >= 3.22) ------------------------------
 
-_ONLINE_STATS_FIELDS = ("_decay", "_chain_count", "_chain_mean", "_chain_M2", "_cross_sum",
-                        "_m1_sum", "_m2_sum", "_pair_count", "_chain_buf", "_n_samples_total",
-                        "_buf_len")
-_OnlineStats = find("netket.stats.OnlineStats",
-                    "netket._src.stats.online_stats.accumulator.OnlineStats")
+_ONLINE_STATS_FIELDS = (
+    "_decay",
+    "_chain_count",
+    "_chain_mean",
+    "_chain_M2",
+    "_cross_sum",
+    "_m1_sum",
+    "_m2_sum",
+    "_pair_count",
+    "_chain_buf",
+    "_n_samples_total",
+    "_buf_len",
+)
+_OnlineStats = find("netket.stats.OnlineStats", "netket._src.stats.online_stats.accumulator.OnlineStats")
 
 
 def _online_stats_from_fields(fields):
@@ -81,22 +112,26 @@ def _online_stats_from_fields(fields):
 
 
 _register_record(
-    _OnlineStats, "netket.stats.OnlineStats", _ONLINE_STATS_FIELDS,
+    _OnlineStats,
+    "netket.stats.OnlineStats",
+    _ONLINE_STATS_FIELDS,
     from_fields=_online_stats_from_fields,
     old_name="netket._src.stats.online_stats.accumulator.OnlineStats",
     doc="NetKet's streaming MCMC statistics: _decay: float or None; _chain_count, _chain_mean, "
-        "_chain_M2: [n_chains]; _cross_sum, _m1_sum, _m2_sum, _pair_count: [n_chains, max_lag+1]; "
-        "_chain_buf: [n_chains, max_lag]; _n_samples_total: int; _buf_len: int32 scalar")
+    "_chain_M2: [n_chains]; _cross_sum, _m1_sum, _m2_sum, _pair_count: [n_chains, max_lag+1]; "
+    "_chain_buf: [n_chains, max_lag]; _n_samples_total: int; _buf_len: int32 scalar",
+)
 
 
 # Monte Carlo statistics (a driver's loss of the last step) -----------------------
 
 _register_record(
-    find("netket.stats.Stats"), "netket.stats.Stats",
+    find("netket.stats.Stats"),
+    "netket.stats.Stats",
     ("mean", "error_of_mean", "variance", "tau_corr", "R_hat", "tau_corr_max"),
     from_fields=lambda fields: find("netket.stats.Stats")(**fields),
-    doc="mean, error_of_mean, variance, tau_corr, R_hat, tau_corr_max: scalars (mean complex "
-        "or real)")
+    doc="mean, error_of_mean, variance, tau_corr, R_hat, tau_corr_max: scalars (mean complex or real)",
+)
 
 
 # Fallback ---------------------------------------------------------------------
@@ -112,8 +147,13 @@ def _netket_pytree_rule(cls):
     top = cls.__module__.split(".")[0]
     name = f"{top}.pytree.{cls.__qualname__}" if top == "netket" else module_path(cls)
     return registry.Registration(
-        name, 1, attributes(fields), replace_record, aliases=(module_path(cls),),
-        doc="opaque pytree: the fields its library marks serializable: " + ", ".join(fields))
+        name,
+        1,
+        attributes(fields),
+        replace_record,
+        aliases=(module_path(cls),),
+        doc="opaque pytree: the fields its library marks serializable: " + ", ".join(fields),
+    )
 
 
 registry.add_rule(_netket_pytree_rule)

@@ -59,8 +59,7 @@ def running_callbacks() -> tuple:
 
 def is_logger(callback) -> bool:
     """NetKet loggers that are callbacks themselves (HDF5Log, TensorBoardLog)."""
-    return isinstance(callback, nk.logging.AbstractLog) or type(callback).__module__.startswith(
-        "netket._src.logging")
+    return isinstance(callback, nk.logging.AbstractLog) or type(callback).__module__.startswith("netket._src.logging")
 
 
 def target(driver):
@@ -90,7 +89,8 @@ def fix_target_step(driver) -> int:
     raise UnsupportedNetKetError(
         f"nkserde.Checkpoint: cannot tell where {type(driver).__name__}.run of NetKet "
         f"{nk.__version__} ends (no n_iter in its run call); save and load the driver with "
-        f"nkserde.save / nkserde.load instead")
+        f"nkserde.save / nkserde.load instead"
+    )
 
 
 def asks_for_more(driver, saved_target) -> bool:

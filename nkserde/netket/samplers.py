@@ -38,26 +38,39 @@ _METROPOLIS = {
 # Fields whose leading axis is the chain axis: a load into a sampler with a
 # different number of chains keeps what fits and fills new chains from the
 # saved ones (with a warning) instead of refusing (see parts.Resizable).
-_PER_CHAIN = {"chains", "log_prob", "n_accepted", "betas", "beta_0_index", "beta_position",
-              "beta_diffusion", "n_accepted_per_beta"}
+_PER_CHAIN = {
+    "chains",
+    "log_prob",
+    "n_accepted",
+    "betas",
+    "beta_0_index",
+    "beta_position",
+    "beta_diffusion",
+    "n_accepted_per_beta",
+}
 
 
 def _chains_resizable(state: dict) -> dict:
-    return {k: Resizable(v, announce=k == "chains") if k in _PER_CHAIN and v is not None else v
-            for k, v in state.items()}
+    return {
+        k: Resizable(v, announce=k == "chains") if k in _PER_CHAIN and v is not None else v for k, v in state.items()
+    }
 
 
 def _register_metropolis(cls, name, fields, *, doc, subclasses=False):
     # version 2: log_prob is always stored (see _metropolis_v1)
-    return register_attributes(cls, name, fields, immutable=True, subclasses=subclasses, doc=doc,
-                               adjust=_chains_resizable, version=2)
+    return register_attributes(
+        cls, name, fields, immutable=True, subclasses=subclasses, doc=doc, adjust=_chains_resizable, version=2
+    )
 
 
 _register_metropolis(
-    nk.sampler.MetropolisSamplerState, "netket.sampler.MetropolisSamplerState", _METROPOLIS,
+    nk.sampler.MetropolisSamplerState,
+    "netket.sampler.MetropolisSamplerState",
+    _METROPOLIS,
     subclasses=True,
     doc="chains: [n_chains, N]; log_prob: float[n_chains]; rng: PRNG key data; n_steps: int64 scalar; "
-        "n_accepted: int64[n_chains]; rule_state: rule-specific or None")
+    "n_accepted: int64[n_chains]; rule_state: rule-specific or None",
+)
 
 _PARALLEL_TEMPERING = dict(
     _METROPOLIS,
@@ -69,10 +82,13 @@ _PARALLEL_TEMPERING = dict(
     n_accepted_per_beta="n_accepted_per_beta",  # [n_chains, n_replicas]
 )
 _register_metropolis(
-    ParallelTemperingSamplerState, "netket.sampler.ParallelTemperingSamplerState",
+    ParallelTemperingSamplerState,
+    "netket.sampler.ParallelTemperingSamplerState",
     _PARALLEL_TEMPERING,
     doc="Metropolis fields (chains: [n_chains * n_replicas, N], log_prob: [n_chains * n_replicas]) "
-        "plus betas, beta_0_index, beta_position, beta_diffusion, n_exchange_steps, n_accepted_per_beta")
+    "plus betas, beta_0_index, beta_position, beta_diffusion, n_exchange_steps, n_accepted_per_beta",
+)
+
 
 def _metropolis_v1(fields, context):
     """Version 1 files written before nkserde stored ``log_prob`` (before
@@ -83,8 +99,10 @@ def _metropolis_v1(fields, context):
         return fields
     state = context.enclosing(nk.vqs.MCState)
     if state is None or "parameters" not in state.restored:
-        raise context.needs("the variational state that holds this sampler state (its model and "
-                            "parameters give log_prob): load the MCState or driver, with a template")
+        raise context.needs(
+            "the variational state that holds this sampler state (its model and "
+            "parameters give log_prob): load the MCState or driver, with a template"
+        )
     template, restored = state.template, state.restored
     variables = {"params": restored["parameters"], **restored["model_state"]}
     chains = np.asarray(fields["chains"])
@@ -99,16 +117,24 @@ for _name in ("netket.sampler.MetropolisSamplerState", "netket.sampler.ParallelT
 
 
 register_attributes(
-    ExactSamplerState, "netket.sampler.ExactSamplerState", {"rng": "rng"}, immutable=True,
-    doc="rng: PRNG key data")
+    ExactSamplerState, "netket.sampler.ExactSamplerState", {"rng": "rng"}, immutable=True, doc="rng: PRNG key data"
+)
 
 register_attributes(
-    ARDirectSamplerState, "netket.sampler.ARDirectSamplerState", {"rng": "key"}, immutable=True,
-    doc="rng: PRNG key data")
+    ARDirectSamplerState,
+    "netket.sampler.ARDirectSamplerState",
+    {"rng": "key"},
+    immutable=True,
+    doc="rng: PRNG key data",
+)
 
 _NUMPY = {
-    "chains": "σ", "log_prob": "log_prob", "rng": "rng",
-    "n_steps": "n_steps_proc", "n_accepted": "n_accepted_proc", "rule_state": "rule_state",
+    "chains": "σ",
+    "log_prob": "log_prob",
+    "rng": "rng",
+    "n_steps": "n_steps_proc",
+    "n_accepted": "n_accepted_proc",
+    "rule_state": "rule_state",
 }
 
 
@@ -117,8 +143,7 @@ def _numpy_state_to_state(state):
     # is process-local. A new process beyond the saved ones continues the
     # chains of saved process r % P with its generator jumped (see
     # _jumped); so do its counters.
-    return {key: per_process(getattr(state, attr), _jumped if key == "rng" else _same)
-            for key, attr in _NUMPY.items()}
+    return {key: per_process(getattr(state, attr), _jumped if key == "rng" else _same) for key, attr in _NUMPY.items()}
 
 
 def _same(value, copy):
@@ -140,10 +165,15 @@ def _numpy_state_from_state(template, fields):
 
 
 registry.register(
-    MetropolisNumpySamplerState, name="netket.sampler.MetropolisNumpySamplerState", version=1,
-    to_state=_numpy_state_to_state, from_state=_numpy_state_from_state, fields=tuple(_NUMPY),
+    MetropolisNumpySamplerState,
+    name="netket.sampler.MetropolisNumpySamplerState",
+    version=1,
+    to_state=_numpy_state_to_state,
+    from_state=_numpy_state_from_state,
+    fields=tuple(_NUMPY),
     doc="chains: [n_chains, N]; log_prob: [n_chains]; rng: numpy.random.Generator; "
-        "n_steps, n_accepted: int; rule_state")
+    "n_steps, n_accepted: int; rule_state",
+)
 
 
 # numpy's random generators (numpy samplers, user code) -------------------------
@@ -158,14 +188,19 @@ def _generator_from_state(template: np.random.Generator, fields):
     kind = type(template.bit_generator)
     if fields["bit_generator"] != kind.__name__:
         raise TemplateMismatchError(
-            f"numpy bit generator {fields['bit_generator']} in file, {kind.__name__} in template")
+            f"numpy bit generator {fields['bit_generator']} in file, {kind.__name__} in template"
+        )
     bit_generator = kind()
     bit_generator.state = fields["state"]
     return np.random.Generator(bit_generator)
 
 
 registry.register(
-    np.random.Generator, name="numpy.random.Generator", version=1,
-    to_state=_generator_to_state, from_state=_generator_from_state,
+    np.random.Generator,
+    name="numpy.random.Generator",
+    version=1,
+    to_state=_generator_to_state,
+    from_state=_generator_from_state,
     fields=("bit_generator", "state"),
-    doc="bit_generator: str (e.g. PCG64); state: numpy's bit_generator.state dict")
+    doc="bit_generator: str (e.g. PCG64); state: numpy's bit_generator.state dict",
+)

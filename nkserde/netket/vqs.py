@@ -35,8 +35,15 @@ def _join_variables(parameters, model_state) -> dict:
 
 # MCState ----------------------------------------------------------------------
 
-_MC_FIELDS = ("parameters", "model_state", "sampler_state", "sampler_seed", "n_samples",
-              "n_discard_per_chain", "chunk_size")
+_MC_FIELDS = (
+    "parameters",
+    "model_state",
+    "sampler_state",
+    "sampler_seed",
+    "n_samples",
+    "n_discard_per_chain",
+    "chunk_size",
+)
 
 
 def _mc_to_state(vs: nk.vqs.MCState) -> dict:
@@ -77,15 +84,20 @@ def _valid(hilbert, chains):
     if subspaces:  # a tensor product: each factor (maybe constrained) on its own sites
         ok, start = None, 0
         for sub in subspaces:
-            part = _valid(sub, chains[..., start:start + sub.size])
+            part = _valid(sub, chains[..., start : start + sub.size])
             ok, start = part if ok is None else ok & part, start + sub.size
         return ok
     local = getattr(hilbert, "local_states", None)
     if local is not None:
         ok = xp.isin(chains, xp.asarray(local, dtype=chains.dtype)).all(axis=-1)
     else:
-        ok = xp.stack([xp.isin(chains[..., i], xp.asarray(hilbert.states_at_index(i), dtype=chains.dtype))
-                       for i in range(hilbert.size)], axis=-1).all(axis=-1)
+        ok = xp.stack(
+            [
+                xp.isin(chains[..., i], xp.asarray(hilbert.states_at_index(i), dtype=chains.dtype))
+                for i in range(hilbert.size)
+            ],
+            axis=-1,
+        ).all(axis=-1)
     if getattr(hilbert, "constrained", False) and hasattr(hilbert, "constraint"):
         flat = chains.reshape(-1, chains.shape[-1])
         ok = ok & xp.asarray(hilbert.constraint(jnp.asarray(flat))).reshape(ok.shape)
@@ -114,18 +126,26 @@ def _usable_chains(new, template, state):
     warnings.warn(
         f"nkserde: sampler_state/chains: {bad} of {ok.size} loaded chains are not states of the "
         f"template's Hilbert space {hilbert}: they are re-drawn from the template's sampler "
-        f"(its fresh chains) and the sampler is reset", stacklevel=2)
+        f"(its fresh chains) and the sampler is reset",
+        stacklevel=2,
+    )
     state = state.replace(σ=replaced) if hasattr(state, "replace") else dataclasses.replace(state, σ=replaced)
     return new.sampler.reset(new._sampler_model, new._sampler_variables, state)
 
 
 registry.register(
-    nk.vqs.MCState, name="netket.vqs.MCState", version=1,
-    to_state=_mc_to_state, from_state=_mc_from_state, subclasses=True, fields=_MC_FIELDS,
+    nk.vqs.MCState,
+    name="netket.vqs.MCState",
+    version=1,
+    to_state=_mc_to_state,
+    from_state=_mc_from_state,
+    subclasses=True,
+    fields=_MC_FIELDS,
     dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; sampler_state; "
-        "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None "
-        "(the last three record the writing run's settings; a load keeps the template's)")
+    "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None "
+    "(the last three record the writing run's settings; a load keeps the template's)",
+)
 
 
 # MCMixedState -----------------------------------------------------------------
@@ -152,11 +172,16 @@ def _mixed_from_state(template: nk.vqs.MCMixedState, f: dict) -> nk.vqs.MCMixedS
 
 
 registry.register(
-    nk.vqs.MCMixedState, name="netket.vqs.MCMixedState", version=1,
-    to_state=_mixed_to_state, from_state=_mixed_from_state, subclasses=True,
+    nk.vqs.MCMixedState,
+    name="netket.vqs.MCMixedState",
+    version=1,
+    to_state=_mixed_to_state,
+    from_state=_mixed_from_state,
+    subclasses=True,
     fields=_MC_FIELDS + ("diagonal",),
     dtype_from_file=("model_state",),
-    doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)")
+    doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)",
+)
 
 
 # FullSumState -----------------------------------------------------------------
@@ -175,16 +200,24 @@ def _fullsum_from_state(template: nk.vqs.FullSumState, f: dict) -> nk.vqs.FullSu
 
 
 registry.register(
-    nk.vqs.FullSumState, name="netket.vqs.FullSumState", version=1,
-    to_state=_fullsum_to_state, from_state=_fullsum_from_state, subclasses=True,
+    nk.vqs.FullSumState,
+    name="netket.vqs.FullSumState",
+    version=1,
+    to_state=_fullsum_to_state,
+    from_state=_fullsum_from_state,
+    subclasses=True,
     fields=("parameters", "model_state", "chunk_size"),
     dtype_from_file=("model_state",),
     doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None "
-        "(the writing run's; a load keeps the template's)")
+    "(the writing run's; a load keeps the template's)",
+)
 
 
 # An MCState's and a FullSumState's parameters mean the same thing: a
 # non-strict load moves them (and the model state) between the two kinds;
 # an MCState loaded from a FullSumState keeps its template's sampler state.
-registry.transferable("variational state", ("netket.vqs.MCState", "netket.vqs.FullSumState"),
-                      fields=("parameters", "model_state", "chunk_size"))
+registry.transferable(
+    "variational state",
+    ("netket.vqs.MCState", "netket.vqs.FullSumState"),
+    fields=("parameters", "model_state", "chunk_size"),
+)

@@ -26,13 +26,15 @@ vs_target = nk.vqs.MCState(sampler=sa, model=ma, n_samples=64, seed=1, sampler_s
 vs = nk.vqs.MCState(sampler=sa, model=ma, n_samples=64, seed=3, sampler_seed=4)
 
 optimizer = nk.optimizer.Sgd(learning_rate=0.01)
-driver = nk.driver.Infidelity_SR(vs_target, optimizer, operator=H, variational_state=vs,
-                                 diag_shift=0.0001)
+driver = nk.driver.Infidelity_SR(vs_target, optimizer, operator=H, variational_state=vs, diag_shift=0.0001)
 driver = nkserde.checkpointed(driver, out / "ckpt", every=2)  # the added line
 log = nk.logging.RuntimeLog()
 driver.run(10, out=log, show_progress=False)
 
-np.savez(out / "result.npz", infidelity=np.asarray(log.data["Infidelity"]["Mean"]),
-         iters=np.asarray(log.data["Infidelity"].iters),
-         **{f"p{i}": np.asarray(x) for i, x in enumerate(__import__("jax").tree_util.tree_leaves(vs.parameters))})
+np.savez(
+    out / "result.npz",
+    infidelity=np.asarray(log.data["Infidelity"]["Mean"]),
+    iters=np.asarray(log.data["Infidelity"].iters),
+    **{f"p{i}": np.asarray(x) for i, x in enumerate(__import__("jax").tree_util.tree_leaves(vs.parameters))},
+)
 print("finished", flush=True)

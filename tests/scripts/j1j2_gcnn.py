@@ -24,16 +24,18 @@ machine = nk.models.GCNN(symmetries=lattice, parity=1, layers=1, features=2, par
 sampler = nk.sampler.MetropolisExchange(hilbert=hi, n_chains=8, graph=lattice, d_max=2)
 opt = nk.optimizer.Sgd(learning_rate=0.02)
 sr = nk.optimizer.SR(diag_shift=0.01)
-vstate = nk.vqs.MCState(sampler=sampler, model=machine, n_samples=64, n_discard_per_chain=0,
-                        chunk_size=4096, seed=1, sampler_seed=2)
+vstate = nk.vqs.MCState(
+    sampler=sampler, model=machine, n_samples=64, n_discard_per_chain=0, chunk_size=4096, seed=1, sampler_seed=2
+)
 gs = nk.driver.VMC(H, opt, variational_state=vstate, preconditioner=sr)
 gs = nkserde.checkpointed(gs, out / "ckpt", every=2)  # the added line
 gs.run(n_iter=8, out=str(out / "ground_state"), show_progress=False)
 
 saved_params = vstate.parameters
 machine = nk.models.GCNN(symmetries=lattice, parity=-1, layers=1, features=2, param_dtype=complex)
-vstate = nk.vqs.MCState(sampler=sampler, model=machine, n_samples=64, n_discard_per_chain=0,
-                        chunk_size=4096, seed=3, sampler_seed=4)
+vstate = nk.vqs.MCState(
+    sampler=sampler, model=machine, n_samples=64, n_discard_per_chain=0, chunk_size=4096, seed=3, sampler_seed=4
+)
 vstate.parameters = saved_params
 gs = nk.driver.VMC(H, opt, variational_state=vstate, preconditioner=sr)
 gs = nkserde.checkpointed(gs, out / "ckpt", every=2)  # the added line

@@ -45,6 +45,11 @@ te = nkx.TDVP(
     error_norm="qgt",
 )
 te = nkserde.checkpointed(te, out / "ckpt", every=1)  # the added line (one directory)
-te.run(T=0.03, out=nk.logging.JsonLog(str(out / "te")), obs={"Sx": Sx},
-       tstops=np.linspace(0.0, 0.03, 4, endpoint=True), show_progress=False)
+te.run(
+    T=0.03,
+    out=nk.logging.JsonLog(str(out / "te")),
+    obs={"Sx": Sx},
+    tstops=np.linspace(0.0, 0.03, 4, endpoint=True),
+    show_progress=False,
+)
 print("finished", flush=True)
