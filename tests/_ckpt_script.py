@@ -38,6 +38,7 @@ import argparse
 import contextlib
 import hashlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -158,4 +159,8 @@ def main():
 
 
 if __name__ == "__main__":
+    # Ctrl-C as in a terminal: a job started in the background by a
+    # non-interactive shell (CI runners) inherits SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt handler
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
