@@ -219,11 +219,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.resumed_from = None
         self.interrupted = None
         self._files = RunDirectory(self.directory)
-        self._retention = Retention(self.keep, keep_every)
+        self._retention = Retention(self.keep, keep_every or None)  # 0: none, as before
         self._writer = CheckpointWriter(self.directory)
         self._signals = SignalCatcher(
             self.signals,
-            defer_sigint=not multi_process(),
             busy=lambda: self._run is not None and self._run.dirty_step is not None,
         )
         self._run = None
@@ -277,6 +276,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._check_storable(driver, run)
             # nothing of this run to save until it completes a step
             run.completed = run.last_saved = driver.step_count
+            # decided when the run starts, not when the callback is built
+            # (a script may build it before jax.distributed.initialize())
+            self._signals.defer_sigint = not multi_process()
             self._signals.install()
             self._run = run
         except BaseException:
