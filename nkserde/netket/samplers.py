@@ -17,9 +17,9 @@ from netket.sampler.metropolis_numpy import MetropolisNumpySamplerState
 from netket.sampler.parallel_tempering import ParallelTemperingSamplerState
 
 from .. import registry
+from ..errors import TemplateMismatchError, format_path
 from ..parts import Resizable, per_process
 from ._common import register_attributes
-from ..errors import TemplateMismatchError
 
 
 _METROPOLIS = {
@@ -105,7 +105,21 @@ def _metropolis_v1(fields, context):
         )
     template, restored = state.template, state.restored
     variables = {"params": restored["parameters"], **restored["model_state"]}
-    chains = np.asarray(fields["chains"])
+    chains = fields.get("chains")
+    n_sites = template.hilbert.size
+    # the chains come from the file: they must be configurations of the
+    # template's space before the model sees them
+    if (
+        not isinstance(chains, np.ndarray)
+        or chains.dtype.kind not in "biuf"
+        or chains.ndim < 2
+        or chains.shape[-1] != n_sites
+    ):
+        found = f"{chains.dtype}{list(chains.shape)}" if isinstance(chains, np.ndarray) else type(chains).__name__
+        raise TemplateMismatchError(
+            f"{format_path(context.path + ('chains',))}: file has {found}, the template's sampler needs "
+            f"configurations of {n_sites} sites ([n_chains, {n_sites}])"
+        )
     log_psi = jax.jit(template._apply_fun)(variables, chains.reshape(-1, chains.shape[-1]))
     log_prob = np.asarray(template.sampler.machine_pow * np.asarray(log_psi).real)
     fields["log_prob"] = log_prob.reshape(chains.shape[:-1])
