@@ -273,3 +273,20 @@ def round_trip(obj, template, path):
         assert_identical(obj, out)
     assert_unchanged(before, template)
     return loaded
+
+
+def rewrite_header(path, change):
+    """Rewrites the header of the nkserde file at ``path`` with
+    ``change(header)`` (in place) and a valid checksum: what a damaged or
+    hostile writer can produce."""
+    import msgpack
+
+    from nkserde.format.checksum import checksum
+    from nkserde.format.layout import TRAILER
+
+    data = path.read_bytes()
+    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size :])
+    header = msgpack.unpackb(data[offset : offset + length], raw=False)
+    change(header)
+    raw = msgpack.packb(header, use_bin_type=True)
+    path.write_bytes(data[:offset] + raw + TRAILER.pack(offset, len(raw), checksum(raw), end))

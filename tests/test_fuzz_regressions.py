@@ -10,14 +10,12 @@ import random
 import sys
 from pathlib import Path
 
-import msgpack
 import numpy as np
 import pytest
 
 import nkserde
+from builders import rewrite_header
 from nkserde.errors import CorruptFileError, NkserdeError
-from nkserde.format.checksum import checksum
-from nkserde.format.layout import TRAILER
 
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 sys.path.insert(0, str(FUZZ))
@@ -61,15 +59,6 @@ def test_structure_aware_mutations(templates, tmp_path):
     assert applied > 150
 
 
-def _rewrite(path, change):
-    data = path.read_bytes()
-    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size :])
-    header = msgpack.unpackb(data[offset : offset + length], raw=False)
-    change(header)
-    raw = msgpack.packb(header, use_bin_type=True)
-    path.write_bytes(data[:offset] + raw + TRAILER.pack(offset, len(raw), checksum(raw), end))
-
-
 @pytest.fixture
 def small(tmp_path):
     path = tmp_path / "s.nks"
@@ -86,7 +75,7 @@ def test_deep_tree_is_refused_before_anything_recurses(small, tmp_path):
             deep = [deep]
         h["tree"]["obj"] = deep
 
-    _rewrite(small, change)
+    rewrite_header(small, change)
     for read in (nkserde.load_state_dict, nkserde.verify, lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
         with pytest.raises(CorruptFileError, match="nested deeper than 128 levels"):
             read(small)
@@ -94,7 +83,7 @@ def test_deep_tree_is_refused_before_anything_recurses(small, tmp_path):
 
 def test_type_name_that_is_a_map(small, tmp_path):
     # found: migrate met {"@type": {...}} and raised TypeError: unhashable
-    _rewrite(small, lambda h: h["tree"].update(obj={"@type": {"a": 1}, "@version": 1}))
+    rewrite_header(small, lambda h: h["tree"].update(obj={"@type": {"a": 1}, "@version": 1}))
     with pytest.raises(CorruptFileError, match="obj: malformed type name"):
         nkserde.migrate(small, tmp_path / "m.nks")
     with pytest.raises(NkserdeError):
@@ -103,7 +92,7 @@ def test_type_name_that_is_a_map(small, tmp_path):
 
 def test_dtype_that_is_a_map(small):
     # found: {"dtype": {...}} in the index raised TypeError: unhashable
-    _rewrite(small, lambda h: h["arrays"][0].update(dtype={"x": 1}))
+    rewrite_header(small, lambda h: h["arrays"][0].update(dtype={"x": 1}))
     for read in (nkserde.load_state_dict, nkserde.verify):
         with pytest.raises(CorruptFileError, match="array 0: unknown dtype"):
             read(small)
@@ -112,7 +101,7 @@ def test_dtype_that_is_a_map(small):
 def test_per_process_values_of_different_structures(small, tmp_path):
     # found: a per-process node whose processes' values differ in structure
     # loaded, then migrate raised TypeError re-encoding it
-    _rewrite(small, lambda h: h["tree"].update(obj={"@per_process": [{"a": 1}, {"b": [2]}]}))
+    rewrite_header(small, lambda h: h["tree"].update(obj={"@per_process": [{"a": 1}, {"b": [2]}]}))
     for read in (nkserde.load_state_dict, lambda p: nkserde.migrate(p, tmp_path / "m.nks")):
         with pytest.raises(CorruptFileError, match="per-process values of different structures"):
             read(small)
@@ -122,7 +111,7 @@ def test_per_process_values_of_different_structures(small, tmp_path):
 def test_lazy_load_checks_an_entry_before_using_it(small, shape):
     # found: load (lazy reads) took tuple(entry["shape"]) before validating
     # the entry: TypeError
-    _rewrite(small, lambda h: h["arrays"][0].update(shape=shape))
+    rewrite_header(small, lambda h: h["arrays"][0].update(shape=shape))
     with pytest.raises(CorruptFileError, match="array 0: malformed shape"):
         nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
     with pytest.raises(CorruptFileError, match="array 0: malformed shape"):
@@ -132,7 +121,7 @@ def test_lazy_load_checks_an_entry_before_using_it(small, shape):
 def test_schema_version_that_is_an_array(small, tmp_path):
     # found: migrate copied an "@version" that is an array into the new
     # file's metadata, and msgpack raised TypeError
-    _rewrite(small, lambda h: h["tree"].update(a=1, obj={"@type": "some.Unknown", "@version": {"@array": 0}}))
+    rewrite_header(small, lambda h: h["tree"].update(a=1, obj={"@type": "some.Unknown", "@version": {"@array": 0}}))
     with pytest.raises(NkserdeError):
         nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
     out = nkserde.migrate(small, tmp_path / "m.nks")  # an unknown type is kept as it is

@@ -5,12 +5,12 @@ is refused before anything is allocated."""
 
 from __future__ import annotations
 
-import msgpack
 import numpy as np
 import pytest
 import zstandard
 
 import nkserde
+from builders import rewrite_header
 from nkserde.errors import CorruptFileError, LoadLimitError, UnregisteredTypeError
 from nkserde.format.checksum import checksum
 from nkserde.format.layout import TRAILER
@@ -63,17 +63,6 @@ def test_int_keys_still_round_trip_through_a_template(tmp_path):
 
 
 # --------------------------------------------------------------------------- limits of a load
-
-
-def rewrite_header(path, change):
-    """Rewrites the header of the file at ``path`` with ``change(header)``
-    and a valid checksum: what a damaged or hostile writer can produce."""
-    data = path.read_bytes()
-    offset, length, _, end = TRAILER.unpack(data[-TRAILER.size :])
-    header = msgpack.unpackb(data[offset : offset + length], raw=False)
-    change(header)
-    raw = msgpack.packb(header, use_bin_type=True)
-    path.write_bytes(data[:offset] + raw + TRAILER.pack(offset, len(raw), checksum(raw), end))
 
 
 @pytest.fixture
