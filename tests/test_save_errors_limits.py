@@ -172,3 +172,20 @@ def test_array_at_a_time_reads_are_bounded(small):
         assert [i for i, _ in read_arrays(small, [1])] == [1]  # 80 bytes: within the limit
     finally:
         nkserde.set_load_limits()
+
+
+def test_lazy_loads_count_what_they_read(small):
+    """A load with a template and nkserde.open read arrays one by one; the
+    ceiling counts the bytes they decode."""
+    template = {"z": np.ones(4096, np.int8), "r": np.ones(10)}
+    nkserde.set_load_limits(max_load_bytes=1000)
+    try:
+        with pytest.raises(LoadLimitError, match=r"array \d would bring this load to 4\d+ bytes, more than"):
+            nkserde.load(template, small)
+        with nkserde.open(small) as f:
+            assert f.read("r").nbytes == 80  # within the limit
+            with pytest.raises(LoadLimitError, match=r"array \d would bring this load to 4176 bytes"):
+                f.read("z")
+    finally:
+        nkserde.set_load_limits()
+    assert nkserde.load(template, small)["z"].nbytes == 4096

@@ -273,8 +273,13 @@ def _read_array(f, entry, i, path) -> np.ndarray:
 
 
 def _check_load_size(entries, path, what="the arrays of this file decode"):
-    """The declared decoded bytes against ``max_load_bytes``."""
-    total = sum(math.prod(e["shape"]) * DTYPES[e["dtype"]].itemsize for e in entries)
+    """The declared decoded bytes of ``entries`` against ``max_load_bytes``."""
+    _check_decoded(sum(math.prod(e["shape"]) * DTYPES[e["dtype"]].itemsize for e in entries), path, what)
+
+
+def _check_decoded(total: int, path, what: str):
+    """``total`` decoded bytes (``what`` brings the load to them) against
+    ``max_load_bytes``."""
     limit = limits.current().max_load_bytes
     if total > limit:
         raise limits.LoadLimitError(
@@ -351,13 +356,7 @@ class LazyFile:
         if self._file.closed:
             raise ValueError(f"{self.path}: the file was closed; array {i} was not read")
         with self._lock:
-            limit = limits.current().max_load_bytes
-            if self._decoded + entry["nbytes"] > limit:
-                raise limits.LoadLimitError(
-                    f"{self.path}: array {i} would bring this load to {self._decoded + entry['nbytes']} "
-                    f"decoded bytes, more than the limit of {limit} bytes "
-                    "(nkserde.set_load_limits(max_load_bytes=...) or NKSERDE_MAX_LOAD_BYTES raise it)"
-                )
+            _check_decoded(self._decoded + entry["nbytes"], self.path, f"array {i} would bring this load")
             with read_errors(self.path):
                 out = _read_array(self._file, entry, i, self.path)
             self._decoded += entry["nbytes"]
