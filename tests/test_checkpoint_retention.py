@@ -37,3 +37,10 @@ def test_a_failed_newest_retires_nothing_older():
 def test_rejects_impossible_policies(keep, keep_every):
     with pytest.raises(ValueError):
         Retention(keep=keep, keep_every=keep_every)
+
+
+def test_checkpoint_keep_every_0_keeps_no_extra_steps(tmp_path):
+    import nkserde
+
+    # keep_every=0 has always meant "no multiples kept besides the newest"
+    assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0)._retention == Retention(keep=2)
