@@ -18,6 +18,7 @@ import threading
 
 import jax
 
+from . import jax_internals
 from .errors import NkserdeError
 
 # Long enough for a slow shared file system, short enough that a process
@@ -42,9 +43,7 @@ def free_local_port() -> int:
 
 
 def _client():
-    from jax._src import distributed
-
-    client = distributed.global_state.client
+    client = jax_internals.distributed_client()
     if client is None:
         raise RuntimeError(
             "jax.distributed is not initialized: several processes need jax.distributed.initialize() before saving"

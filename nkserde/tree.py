@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import registry
+from . import jax_internals, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
@@ -500,9 +500,7 @@ def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:
 def _weak(x):
     # Weak typing changes dtype promotion (a weak f64 scalar times an f32
     # array stays f32): restore it so a resumed run computes the same dtypes.
-    from jax._src.lax.lax import _convert_element_type
-
-    return _convert_element_type(x, x.dtype, weak_type=True)
+    return jax_internals.weak_typed(x)
 
 
 def _restore_scalar(template, state, path):
@@ -560,8 +558,8 @@ def _replicated():
     """Replicated over the global mesh when one is set (NetKet sets one), so
     a value rebuilt without a template is laid out like the template's
     parameters and jitted code is not recompiled for it; else the default."""
-    mesh = jax.sharding.get_mesh()
-    if mesh is None or mesh.empty:
+    mesh = jax_internals.concrete_mesh()
+    if mesh is None:
         return None
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
 

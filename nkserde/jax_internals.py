@@ -1,0 +1,44 @@
+"""Every use of a private JAX name, each behind one small function.
+
+nkserde supports JAX from 0.7.0 (NetKet 3.21's floor) on; where a public
+name exists only in newer releases, the function uses it when it exists and
+the private one it replaced otherwise. When a JAX release breaks one of
+these, this is the file to change.
+"""
+
+from __future__ import annotations
+
+import jax
+
+
+def concrete_mesh():
+    """The mesh set by ``jax.sharding.set_mesh`` (NetKet sets one), or None.
+
+    Public as ``jax.sharding.get_mesh`` since JAX 0.8; before, the same
+    value is ``jax._src.mesh.get_concrete_mesh()`` (JAX 0.7).
+    """
+    get_mesh = getattr(jax.sharding, "get_mesh", None)
+    if get_mesh is None:
+        from jax._src import mesh  # JAX 0.7
+
+        get_mesh = mesh.get_concrete_mesh
+    mesh = get_mesh()
+    return None if mesh is None or mesh.empty else mesh
+
+
+def weak_typed(x):
+    """``x`` as a weakly typed array of its own dtype. Relies on
+    ``jax._src.lax.lax._convert_element_type(x, dtype, weak_type=True)``,
+    unchanged from JAX 0.4 to 0.10: there is no public way to set weak typing."""
+    from jax._src.lax.lax import _convert_element_type
+
+    return _convert_element_type(x, x.dtype, weak_type=True)
+
+
+def distributed_client():
+    """The client of JAX's coordination service (its key-value store and
+    barriers), or None before ``jax.distributed.initialize``. Relies on
+    ``jax._src.distributed.global_state.client`` (JAX 0.4 to 0.10)."""
+    from jax._src import distributed
+
+    return distributed.global_state.client
