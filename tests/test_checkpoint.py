@@ -407,7 +407,13 @@ def test_background_snapshot_copies_what_the_run_can_change():
     read_only = np.arange(3.0)
     read_only.flags.writeable = False
     snapshot = _host_copy({"jax": jax_view, "owned": owned, "read_only": [read_only]})
-    assert snapshot["jax"] is jax_view
+    if type(jax_view.base).__name__ == "PyCapsule":
+        # JAX 0.7 hands numpy float64 buffers through an opaque capsule:
+        # nothing shows the memory is a JAX array's, so it is copied
+        assert not np.shares_memory(jax_view, snapshot["jax"])
+        np.testing.assert_array_equal(jax_view, snapshot["jax"])
+    else:
+        assert snapshot["jax"] is jax_view
     for before, after in ((owned, snapshot["owned"]), (read_only, snapshot["read_only"][0])):
         assert not np.shares_memory(before, after)
         np.testing.assert_array_equal(before, after)

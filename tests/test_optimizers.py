@@ -152,7 +152,12 @@ def test_inject_hyperparams_mixed_dtypes_fresh_template_is_a_clear_error(tmp_pat
     params = make_params(0)
     fresh = opt.init(params)
     _, state = run_steps(opt, params, fresh, range(1))
-    assert state.inner_state[0].mu["b"].dtype != fresh.inner_state[0].mu["b"].dtype
     nkserde.save(state, tmp_path / "inject.nks")
+    if state.inner_state[0].mu["b"].dtype == fresh.inner_state[0].mu["b"].dtype:
+        # optax before that cast (0.2.2 keeps the dtypes): a fresh template fits
+        loaded = nkserde.load(opt.init(make_params(1)), tmp_path / "inject.nks")
+        for a, b in zip(jax.tree_util.tree_leaves(loaded), jax.tree_util.tree_leaves(state)):
+            assert a.dtype == b.dtype and np.asarray(a).tobytes() == np.asarray(b).tobytes()
+        return
     with pytest.raises(TemplateMismatchError, match=r"inner_state/0/mu/.*file has array complex128"):
         nkserde.load(opt.init(make_params(1)), tmp_path / "inject.nks")
