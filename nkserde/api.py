@@ -169,14 +169,14 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
     ``report=True``: return ``(object, LoadReport)``.
 
     ``path`` may also be a file NetKet wrote: a flax ``.mpack`` of a
-    variational state or of its variables, or an nqxpack file (see
+    variational state or of its variables, or an nqxpack file or directory (see
     ``nkserde/netket_files.py``), recognised by its content. Or a
     checkpoint written by :class:`nkserde.Checkpoint`
     (the driver it holds is loaded), or a checkpoint directory: its newest
     checkpoint that verifies is loaded (a directory of ``checkpointed(...)``
     with one ``run-<i>`` subdirectory stands for that subdirectory)."""
     path = Path(path)
-    if path.is_dir():
+    if path.is_dir() and not _netket_file(path):
         path = directory.newest_verified(path)
     if _netket_file(path):
         if at is not None or rename is not None or not strict or report:
@@ -217,15 +217,17 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
 
 
 def _netket_file(path: Path) -> bool:
-    """A file NetKet wrote (flax .mpack, nqxpack), by its first bytes."""
+    """A file NetKet wrote (flax .mpack, nqxpack, nqxpack's directory
+    form), by its first bytes."""
+    from . import netket_files
     from .format.reader import read_errors
 
+    if path.is_dir():
+        return netket_files.kind(path) is not None
     with read_errors(path), open(path, "rb") as f:
         head = f.read(len(fileformat.MAGIC))
     if head == fileformat.MAGIC:
         return False
-    from . import netket_files
-
     return netket_files.kind(path) is not None
 
 

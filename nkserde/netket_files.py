@@ -12,7 +12,10 @@ NetKet users hold years of them:
 
 They are recognised by their content (msgpack map, zip with NetKet's
 ``metadata.json``), never by their extension. Only the flax state dict is
-read, with flax's msgpack decoder: ``object.json`` names classes to import
+read, with nkserde's bounded reader of flax's encoding
+(``format/flax_msgpack.py``) and within the load limits
+(``format/bounded.py``): no more than the template can use is read or
+inflated, whatever the file declares. ``object.json`` names classes to import
 and is never used (nqxpack's own loader imports them). Nothing named by the
 file is imported or executed.
 
@@ -28,8 +31,6 @@ message that says what the file holds.
 from __future__ import annotations
 
 import copy
-import json
-import zipfile
 from pathlib import Path
 
 import jax
@@ -38,14 +39,23 @@ import numpy as np
 
 from . import tree
 from .errors import CorruptFileError, TemplateMismatchError, format_path
+from .format import bounded, flax_msgpack, limits
 
 _ZIP = b"PK\x03\x04"
+_METADATA = "metadata.json"
+_MAX_METADATA_BYTES = 1 << 20  # nqxpack's is a few hundred bytes
+# what a state file may hold beyond the arrays its template uses (sampler
+# chains of an MCState loaded into a FullSumState, msgpack framing)
+SLACK = 256 << 20
 _STATE_MEMBERS = ("assets//state.msgpack", "assets/state.msgpack", "state/state.msgpack")
 
 
 def kind(path) -> str | None:
-    """``"nqxpack"``, ``"mpack"`` (flax msgpack) or None, from the first
-    bytes of the file."""
+    """``"nqxpack"`` (a zip, or a directory with NetKet's ``metadata.json``),
+    ``"mpack"`` (flax msgpack) or None, from the first bytes of the file."""
+    path = Path(path)
+    if path.is_dir():
+        return "nqxpack" if (path / _METADATA).is_file() else None
     with open(path, "rb") as f:
         head = f.read(4)
     if head == _ZIP:
@@ -59,10 +69,12 @@ def load(template, path):
     """``template`` with what the NetKet file at ``path`` holds (see the
     module docstring)."""
     path = Path(path)
-    state = _read(path)
+    state = _read(path, _allowance(template))
     if not isinstance(state, dict):
         raise CorruptFileError(f"{path}: a NetKet file holds a map, not {type(state).__name__}")
     variables = state["variables"] if "variables" in state else state
+    if not isinstance(variables, dict):
+        raise CorruptFileError(f"{path}: variables: a map expected, the file has {type(variables).__name__}")
     try:
         if isinstance(template, nk.vqs.MCState):
             return _mc_state(template, state, variables)
@@ -84,27 +96,38 @@ def load(template, path):
     )
 
 
-def _read(path: Path):
-    from flax import serialization
+def _allowance(template) -> int:
+    """The most bytes of a NetKet file's state a load into ``template``
+    reads: ``max_load_bytes``, and no more than the template can use (its
+    arrays, four times over, or those and SLACK: a state file may also hold
+    sampler chains that a FullSumState or a variables dict does not take)."""
+    if isinstance(template, nk.vqs.MCState):
+        parts = (template.variables, template.sampler_state)
+    elif isinstance(template, nk.vqs.FullSumState):
+        parts = template.variables
+    else:  # a variables dict; anything else is refused once the file says what it holds
+        parts = template if isinstance(template, dict) else ()
+    usable = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree_util.tree_leaves(parts))
+    return min(limits.current().max_load_bytes, max(4 * usable, usable + SLACK))
 
-    data = path.read_bytes()
-    if data[:4] == _ZIP:
-        try:
-            with zipfile.ZipFile(path) as z:
-                names = set(z.namelist())
-                meta = json.loads(z.read("metadata.json")) if "metadata.json" in names else {}
-                if meta.get("format") != "NetKet":
-                    raise CorruptFileError(f"{path}: a zip file that is not a NetKet (nqxpack) file")
-                member = next((m for m in _STATE_MEMBERS if m in names), None)
-                if member is None:
-                    raise CorruptFileError(f"{path}: nqxpack file without a state member (has {sorted(names)[:6]})")
-                data = z.read(member)
-        except (zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
-            raise CorruptFileError(f"{path}: unreadable nqxpack file: {exc}") from None
-    try:
-        return serialization.msgpack_restore(data)
-    except Exception as exc:  # msgpack's errors, flax's ext decoding
-        raise CorruptFileError(f"{path}: not a readable flax msgpack file: {type(exc).__name__}: {exc}") from None
+
+def _read(path: Path, allowance: int):
+    """The flax state dict in the NetKet file at ``path``, reading at most
+    ``allowance`` bytes of it (a file or member that declares more is
+    refused before it is read or inflated)."""
+    if kind(path) == "nqxpack":
+        with bounded.Archive(path) as archive:
+            if _METADATA not in archive:
+                raise CorruptFileError(f"{path}: a zip file that is not a NetKet (nqxpack) file (no {_METADATA})")
+            meta = bounded.parse_json(archive.read(_METADATA, _MAX_METADATA_BYTES), f"{path}: member {_METADATA}")
+            if not isinstance(meta, dict) or meta.get("format") != "NetKet":
+                raise CorruptFileError(f"{path}: a zip file that is not a NetKet (nqxpack) file")
+            member = next((m for m in _STATE_MEMBERS if m in archive), None)
+            if member is None:
+                names = archive.names()
+                raise CorruptFileError(f"{path}: nqxpack file without a state member (has {sorted(names)[:6]})")
+            return flax_msgpack.restore(archive.read(member, allowance), f"{path}: member {member}")
+    return flax_msgpack.restore(bounded.read_capped(path, allowance, "NetKet file"), f"{path}")
 
 
 def _variables(template_variables, file_variables):
@@ -112,7 +135,19 @@ def _variables(template_variables, file_variables):
     shardings (mismatches name their path)."""
     template_variables = dict(template_variables)
     file_variables = _lists(file_variables, template_variables)
-    return tree.from_state_dict(template_variables, _np(file_variables), ("variables",))
+    out = tree.from_state_dict(template_variables, _np(file_variables), ("variables",))
+    _no_null_where_the_template_has_a_value(template_variables, out, ("variables",))
+    return out
+
+
+def _no_null_where_the_template_has_a_value(template, value, path):
+    # nkserde's own files store None for an optional value unset when saved;
+    # NetKet's never hold a null where a parameter is
+    if value is None and template is not None:
+        raise TemplateMismatchError(f"{format_path(path)}: the file has null, the template {type(template).__name__}")
+    if isinstance(template, dict) and isinstance(value, dict):
+        for k, t in template.items():
+            _no_null_where_the_template_has_a_value(t, value.get(k), (*path, k))
 
 
 def _lists(node, template):
@@ -144,8 +179,20 @@ def _mc_state(template, state, variables):
     new.variables = _variables(template.variables, variables)
     for name in ("n_samples", "n_discard_per_chain", "chunk_size"):
         if name in state and state[name] != getattr(template, name):
-            setattr(new, name, state[name])
+            value = state[name]
+            valid = value is None if name == "chunk_size" else False
+            valid = valid or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 53)
+            if not valid:
+                raise TemplateMismatchError(f"{name}: the file has {value!r}"[:200] + ", not a count")
+            try:
+                setattr(new, name, value)
+            except (ValueError, TypeError) as exc:  # NetKet's own checks (e.g. n_samples=0)
+                raise TemplateMismatchError(f"{name}: the file's {value} is refused by NetKet: {exc}") from None
     if "sampler_state" in state:
+        if not isinstance(state["sampler_state"], dict):
+            raise TemplateMismatchError(
+                f"sampler_state: a map expected, the file has {type(state['sampler_state']).__name__}"
+            )
         sampler_state = _sampler_state(new, state["sampler_state"])
         new.sampler_state = sampler_state
         new._sampler_state_previous = sampler_state
