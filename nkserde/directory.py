@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from . import format as fileformat
+from .format import bounded, limits
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
 
 STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
@@ -127,11 +128,11 @@ def fingerprint_of(directory: Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        fields = json.loads(path.read_text())
+        fields = bounded.read_json(path, limits.current().max_header_bytes, "run fingerprint")
         if not isinstance(fields, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
-        return {"digest": None, "error": f"{path}: {exc}"}
+            raise CorruptFileError(f"{path}: the run fingerprint is not a JSON object")
+    except (OSError, NkserdeError) as exc:
+        return {"digest": None, "error": str(exc)}
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     return {"digest": hashlib.sha256(canonical).hexdigest()[:12], "fields": fields}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import api, fingerprint as run_fingerprint
 from .._log import say
-from ..errors import NkserdeError
+from ..errors import CorruptFileError, NkserdeError
 from .run_directory import RunDirectory
 
 
@@ -34,7 +34,13 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         files.write_fingerprint(current)
         say(f"{directory}: no checkpoint, starting fresh (a checkpoint every {every} steps)")
         return None
-    saved = files.read_fingerprint()
+    try:
+        saved = files.read_fingerprint()
+    except CorruptFileError as exc:
+        if resume != "force":
+            raise NkserdeError(f"{exc} (resume='force' resumes anyway and writes it anew)") from None
+        say(f"resume='force': {exc}; not compared", logging.WARNING)
+        saved = {}
     if saved:
         changes = run_fingerprint.changes(saved, current)
         if changes and resume != "force":

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from ..errors import NkserdeError
+from ..format import bounded
 from ..format.atomic import pid_alive
 
 
@@ -60,9 +61,9 @@ class DirectoryLock:
     def owner(self) -> tuple[str, str]:
         """(host, pid) written in the lock file; ("", "") when it is
         unreadable or half written."""
-        try:
-            host, pid = self.path.read_text().split()
-        except (OSError, ValueError):
+        try:  # "host pid": a few bytes; a larger file is not an owner
+            host, pid = bounded.read_capped(self.path, 1024, "lock file").decode().split()
+        except (OSError, ValueError, NkserdeError):
             return "", ""
         return host, pid
 

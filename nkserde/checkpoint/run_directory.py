@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 
 from .. import directory as naming
+from ..errors import CorruptFileError
+from ..format import bounded, limits
 from ..format.atomic import atomic_write
 from .lock import DirectoryLock
 from .retention import Retention
@@ -54,10 +56,15 @@ class RunDirectory:
         return bool(self.steps()) or self.fingerprint_path.exists()
 
     def read_fingerprint(self) -> dict:
-        """The stored fingerprint, or {} when there is none."""
+        """The stored fingerprint, or {} when there is none. A damaged one
+        (not a JSON object, or past the header limit: it is a
+        few KiB) is a CorruptFileError naming it."""
         if not self.fingerprint_path.exists():
             return {}
-        return json.loads(self.fingerprint_path.read_text())
+        fields = bounded.read_json(self.fingerprint_path, limits.current().max_header_bytes, "run fingerprint")
+        if not isinstance(fields, dict):
+            raise CorruptFileError(f"{self.fingerprint_path}: the run fingerprint is not a JSON object")
+        return fields
 
     def write_fingerprint(self, fingerprint: dict) -> None:
         with atomic_write(self.fingerprint_path) as f:
