@@ -3,80 +3,24 @@
     python fuzz/fuzz_reader.py [libFuzzer options] WORK_CORPUS fuzz/corpus
 
 (``fuzz/run`` passes the options; see fuzz/README.md.) Each input is written
-to a file and read every way a user reads one (fuzz/targets.py).
-
-A crash is any exception other than ``nkserde.errors.NkserdeError`` (and
-``FileNotFoundError``), a case slower than ``-timeout`` (1 s in fuzz/run),
-or memory beyond ``-rss_limit_mb``. Inputs are mutated by libFuzzer's byte
-mutations and, half of the time, by fuzz/mutate.py's structure-aware ones.
+to a file and read every way a user reads one (fuzz/targets.py). Inputs are
+mutated by libFuzzer's byte mutations and, half of the time, by
+fuzz/mutate.py's structure-aware ones (fuzz/harness.py: what a crash is).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import random
-import sys
-import tempfile
-import traceback
-from pathlib import Path
+import harness
+import mutate
+import targets
 
-import atheris
-
-HERE = Path(__file__).resolve().parent
-# this checkout first (as pytest does), then the test helpers (scenarios.py)
-sys.path[:0] = [str(HERE.parent), str(HERE), str(HERE.parent / "tests"), str(HERE.parent / "tests" / "fixtures")]
-
-with atheris.instrument_imports(include=["nkserde"]):
-    import nkserde
-
-import mutate  # noqa: E402
-import targets  # noqa: E402
-
-nkserde.set_load_limits(max_load_bytes=targets.MAX_LOAD_BYTES)
 TEMPLATES = targets.templates()
-WORK = Path(tempfile.mkdtemp(prefix="nkserde-fuzz-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
-FILE = WORK / "input.nks"
-CRASHES = Path(os.environ.get("FUZZ_CRASHES", HERE / "crashes"))
-
-
-def one_input(data: bytes) -> None:
-    FILE.write_bytes(data)
-    found = targets.read_every_way(FILE, TEMPLATES, WORK)
-    if found is not None:
-        crash(data, *found)
-
-
-def crash(data: bytes, name: str, exc: Exception):
-    """Reports a crash and aborts: libFuzzer's SIGABRT handler writes the
-    input to -artifact_prefix. (A Python exception would go through
-    interpreter shutdown, where JAX's threads can outlast the timeout and
-    lose the input; it is also saved here first.) Only the innermost frames
-    are printed: a RecursionError's thousand would take too long."""
-    trace = "".join(traceback.format_exception(exc, limit=-12))
-    sys.stderr.write(f"\n=== nkserde.{name} raised {type(exc).__name__}, not an NkserdeError ===\n{trace[-6000:]}\n")
-    CRASHES.mkdir(exist_ok=True)
-    (CRASHES / f"crash-{hashlib.sha1(data).hexdigest()}").write_bytes(data)
-    sys.stderr.flush()
-    os.abort()
-
-
-def custom_mutator(data: bytes, max_size: int, seed: int) -> bytes:
-    rng = random.Random(seed)
-    if rng.random() < 0.5:
-        out = mutate.mutate(data, rng)
-        if out is not None and len(out) <= max_size:
-            return out
-    return atheris.Mutate(data, max_size)
-
-
-def main():
-    # warm up (JAX compiles what a load of each seed needs) before the clock
-    for seed in sorted((HERE / "corpus").iterdir()):
-        one_input(seed.read_bytes())
-    atheris.Setup(sys.argv, one_input, custom_mutator=custom_mutator)
-    atheris.Fuzz()
 
 
 if __name__ == "__main__":
-    main()
+    harness.fuzz(
+        lambda path: targets.read_every_way(path, TEMPLATES, harness.WORK),
+        mutate.mutate,
+        harness.HERE / "corpus",
+        ".nks",
+    )

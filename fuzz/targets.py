@@ -11,11 +11,18 @@ rewritten at today's versions, without a template); and the partial
 paths: ``nkserde.open`` (every key read, one at a time, lazily) and the
 index and array-at-a-time reads of the command line (``read_index``,
 ``read_arrays``).
+
+:func:`read_netket_file` does the same for NetKet's own files (flax
+``.mpack``, nqxpack ``.nk`` zips and their directory form): ``load`` into
+an MCState, a FullSumState and a parameters dict like the ones NetKet's
+files in the seed corpus hold.
 """
 
 from __future__ import annotations
 
+import shutil
 import warnings
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -84,3 +91,58 @@ def read_every_way(path: Path, templates: dict, scratch: Path):
             except Exception as exc:  # noqa: BLE001 -- that is the point
                 return name, exc
     return None
+
+
+def netket_templates() -> list:
+    """Templates like the states of tests/fixtures/netket-files-*/ (what
+    ``generate.py netket-files`` writes), so that a mutated file gets as
+    far into a load as a real one."""
+    import netket as nk
+
+    hilbert = nk.hilbert.Spin(0.5, N=8)
+    model = nk.models.RBM(alpha=1, param_dtype=float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mc = nk.vqs.MCState(
+            nk.sampler.MetropolisLocal(hilbert, n_chains=8), model, n_samples=64, seed=0, sampler_seed=1
+        )
+        full = nk.vqs.FullSumState(hilbert, model, seed=0)
+    return [mc, full, mc.parameters]
+
+
+def read_netket_file(path: Path, templates: list, scratch: Path):
+    """Loads the NetKet file at ``path`` into every template, and a zip's
+    members laid out as a directory (nqxpack's directory form) into the
+    first; returns None or ``(action, exception)`` as :func:`read_every_way`."""
+    actions = [(f"load into {type(t).__name__}", lambda t=t: nkserde.load(t, path)) for t in templates]
+    directory = scratch / "as-directory.nk"
+    if _unzip(path, directory):
+        actions.append(("load of the directory form", lambda: nkserde.load(templates[0], directory)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, action in actions:
+            try:
+                action()
+            except (NkserdeError, FileNotFoundError):
+                pass
+            except Exception as exc:  # noqa: BLE001 -- that is the point
+                return name, exc
+    return None
+
+
+def _unzip(path: Path, directory: Path, limit: int = 1 << 20) -> bool:
+    """The zip's small members as files under ``directory`` (names that
+    would leave it are skipped); False if ``path`` is not a readable zip."""
+    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist()[:16]:
+                parts = [p for p in info.filename.split("/") if p]
+                if not parts or ".." in parts or info.file_size > limit:
+                    continue
+                target = directory.joinpath(*parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(z.read(info))
+    except Exception:  # noqa: BLE001 -- not a zip this harness can lay out: the zip paths are fuzzed anyway
+        return False
+    return directory.is_dir()

@@ -21,6 +21,7 @@ FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 sys.path.insert(0, str(FUZZ))
 
 import mutate  # noqa: E402
+import mutate_netket  # noqa: E402
 import targets  # noqa: E402
 
 
@@ -126,3 +127,37 @@ def test_schema_version_that_is_an_array(small, tmp_path):
         nkserde.load({"a": np.zeros(4), "obj": {"k": 1}}, small)
     out = nkserde.migrate(small, tmp_path / "m.nks")  # an unknown type is kept as it is
     assert nkserde.info(out)["types"] == {"some.Unknown": None}
+
+
+# ------------------------------------------------ NetKet's own files (fuzz/fuzz_netket_files.py)
+
+
+@pytest.fixture(scope="module")
+def netket_templates():
+    return targets.netket_templates()
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in (FUZZ / "regressions_netket").iterdir()))
+def test_kept_crash_inputs_of_netket_files(case, netket_templates, tmp_path):
+    """variables-not-a-map: AttributeError; zip-version-not-implemented:
+    zipfile's NotImplementedError; null-parameter: NetKet's
+    ParameterMismatchError (each before its fix)."""
+    path = tmp_path / case
+    path.write_bytes((FUZZ / "regressions_netket" / case).read_bytes())
+    assert targets.read_netket_file(path, netket_templates, tmp_path) is None
+
+
+def test_structure_aware_mutations_of_netket_files(netket_templates, tmp_path):
+    """200 seeded zip- and msgpack-aware mutations of the NetKet seed corpus,
+    loaded into every template: only nkserde errors."""
+    rng = random.Random(5)
+    seeds = [p.read_bytes() for p in sorted((FUZZ / "corpus_netket").iterdir())]
+    path, applied = tmp_path / "m.nk", 0
+    for _ in range(200):
+        data = mutate_netket.mutate(rng.choice(seeds), rng)
+        if data is None:
+            continue
+        applied += 1
+        path.write_bytes(data)
+        assert targets.read_netket_file(path, netket_templates, tmp_path) is None
+    assert applied > 150
