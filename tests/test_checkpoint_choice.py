@@ -76,3 +76,13 @@ def test_the_lock_is_taken(tmp_path):
     with pytest.raises(NkserdeError, match="already running"):
         choose_checkpoint(RunDirectory(tmp_path), "auto", RUN, every=5)
     files.lock.release()
+
+
+def test_a_damaged_fingerprint_is_refused_naming_it_unless_forced(tmp_path):
+    files = _files(tmp_path, steps=(5,))
+    files.fingerprint_path.write_text('{"driver": "VMC", "n_sam')  # a torn copy
+    with pytest.raises(NkserdeError, match="fingerprint.json: the run fingerprint is not valid JSON.*resume='force'"):
+        _choose(files)
+    path, _ = _choose(files, resume="force")
+    assert path == files.step_path(5)
+    assert files.read_fingerprint() == RUN  # written anew
