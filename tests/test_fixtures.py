@@ -85,12 +85,13 @@ def test_fixture_loads_and_continues(writer, name):
         # loaded bit for bit (above); continuing fails inside NetKet itself,
         # exactly as it did for this NetKet's own writer
         with pytest.raises(Exception):
-            scenario.proceed(loaded)
+            scenario.proceed_less(loaded)
         return
-    got = scenario.proceed(loaded)
+    got = scenario.proceed_less(loaded)
     assert len(got) and np.all(np.isfinite(got))
     if _written_here(expected):
-        assert got == case["proceed"]
+        assert got == case["proceed"][: len(got)]
+        assert scenario.proceed_less is not scenario.proceed or len(got) == len(case["proceed"])
     # (under another NetKet or JAX the continuation may log other times or
     # compute differently: the loaded state above is the saved one, bit for bit)
 
