@@ -81,6 +81,12 @@ def read_every_way(path: Path, templates: dict, scratch: Path):
         ("open", lambda: _open_every_key(path)),
         ("read_index/read_arrays", lambda: (fileformat.read_index(path), list(fileformat.read_arrays(path)))),
     )
+    return first_crash(actions)
+
+
+def first_crash(actions):
+    """Runs every ``(name, action)``; the first ``(name, exception)`` that
+    is not an NkserdeError or FileNotFoundError, or None."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for name, action in actions:
@@ -118,16 +124,7 @@ def read_netket_file(path: Path, templates: list, scratch: Path):
     directory = scratch / "as-directory.nk"
     if _unzip(path, directory):
         actions.append(("load of the directory form", lambda: nkserde.load(templates[0], directory)))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for name, action in actions:
-            try:
-                action()
-            except (NkserdeError, FileNotFoundError):
-                pass
-            except Exception as exc:  # noqa: BLE001 -- that is the point
-                return name, exc
-    return None
+    return first_crash(actions)
 
 
 def _unzip(path: Path, directory: Path, limit: int = 1 << 20) -> bool:

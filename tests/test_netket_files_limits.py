@@ -18,13 +18,13 @@ from pathlib import Path
 
 import jax
 import msgpack
-import netket as nk
 import numpy as np
 import pytest
 from flax import serialization
 
 import nkserde
 from nkserde.errors import CorruptFileError, LoadLimitError, NkserdeError
+from builders import mc_state
 from nkserde.format import bounded, flax_msgpack
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -32,17 +32,6 @@ NK_FILE = FIXTURES / "netket-files-3.23.0" / "mcstate.nk"
 MPACK = FIXTURES / "netket-files-3.23.0" / "mcstate.mpack"
 STATE = "assets//state.msgpack"
 BOMB_BYTES = 3 * 10**9
-
-
-def mc_state():
-    hilbert = nk.hilbert.Spin(0.5, N=8)
-    return nk.vqs.MCState(
-        nk.sampler.MetropolisLocal(hilbert, n_chains=8),
-        nk.models.RBM(alpha=1, param_dtype=float),
-        n_samples=32,
-        seed=5,
-        sampler_seed=3,
-    )
 
 
 def _zeros_member_prefix(n: int) -> bytes:
@@ -101,7 +90,7 @@ def test_a_deflate_bomb_is_refused_before_it_is_inflated(bomb):
         import json, resource, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         import nkserde
-        from test_netket_files_limits import mc_state
+        from builders import mc_state
         template = mc_state()
         def rss():
             return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) * 1024
