@@ -15,7 +15,8 @@ data out (``LocalOperatorJax`` shows no couplings):
   operators that act the same have the same entry, however they were
   written; a changed coupling, term or constraint changes it;
 * arrays (symmetry groups, masks, characters) by dtype, shape and a hash of
-  their bytes;
+  their bytes; object arrays (QSR's measurement bases) by the description
+  of each element, never by their bytes (which are pointers);
 * models, samplers, rules, preconditioners, solvers field by field; functions
   by name, the values they close over and their defaults (an optax
   optimizer's learning rate and betas, an initializer's stddev);
@@ -281,10 +282,30 @@ def _sha(data: bytes) -> str:
 
 def _array_text(x) -> str:
     a = np.asarray(x)
+    if a.dtype == object:  # its bytes are pointers: describe the elements
+        return f"object{list(a.shape)} {_objects_digest(a.reshape(-1))}"
     if jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key):
         a = np.asarray(jax.random.key_data(x))
     a = np.ascontiguousarray(a)
     return f"{a.dtype.name}{list(a.shape)} {_sha(a.tobytes())}"
+
+
+def _objects_digest(items) -> str:
+    """A hash of the elements of an object array (QSR's measurement bases:
+    one operator per measurement), each described by content like any
+    other value; an object that appears many times is described once."""
+    memo: dict[int, str] = {}
+    texts = []
+    for item in items:
+        if id(item) not in memo:
+            text = _leaf_text(item)
+            if text is None:
+                parts: dict[str, str] = {}
+                _flatten(parts, "", item)
+                text = _sha(repr(sorted(parts.items())).encode())
+            memo[id(item)] = text
+        texts.append(memo[id(item)])
+    return _sha("\n".join(texts).encode())
 
 
 def _operator_text(op) -> str:

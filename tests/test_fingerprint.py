@@ -13,6 +13,7 @@ from pathlib import Path
 
 import netket as nk
 import netket.experimental as nkx
+import numpy as np
 import optax
 import pytest
 
@@ -163,3 +164,38 @@ def test_same_in_every_process_whatever_the_hash_seed():
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert outputs[0] == outputs[1] == fingerprint(vmc(model="gcnn"))
+
+
+def qsr(basis_letters="XYZ"):
+    """NetKet's QSR on 4 spins: measurement bases as strings, which NetKet
+    turns into an object array of operators (one per measurement)."""
+    hilbert = nk.hilbert.Spin(0.5, N=4)
+    rng = np.random.default_rng(7)
+    bases = ["".join(rng.choice(list(basis_letters), size=4)) for _ in range(60)]
+    sigma = (2.0 * rng.integers(0, 2, size=(60, 4)) - 1).astype(float)
+    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=8), nk.models.RBM(alpha=1), n_samples=64, seed=0)
+    return nkx.QSR((sigma, bases), 16, optax.sgd(0.01), variational_state=vs, seed=7)
+
+
+_PRINT_QSR_FINGERPRINT = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from test_fingerprint import qsr
+from nkserde.fingerprint import fingerprint
+print(json.dumps(fingerprint(qsr())))
+"""
+
+
+def test_an_object_array_is_fingerprinted_by_content_in_every_process():
+    """QSR's measurement bases are a numpy object array of operators: its
+    bytes are pointers, different in every process (before: every restart
+    of NetKet's QSR example was refused as another run). Described element
+    by element, this process and another agree, and other bases are another run."""
+    here = fingerprint(qsr())
+    bases = [v for k, v in here.items() if v.startswith("object[")]
+    assert bases, here  # the bases are described, as an object array
+    script = _PRINT_QSR_FINGERPRINT.format(tests=str(Path(__file__).parent))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == here  # another process, other addresses
+    assert any("object[" in line for line in changes(here, fingerprint(qsr(basis_letters="XZ"))))
