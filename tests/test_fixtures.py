@@ -43,6 +43,11 @@ HAS_CHECKPOINT = hasattr(nk.callbacks, "AbstractCallback")
 JAX_OF_OLD_FIXTURES = "0.10.2"
 
 
+# Types whose files lack state that the continuation draws on: they load
+# (with a warning saying so) and the run goes on, but not as the writer's.
+INCOMPLETE = {"netket.pytree.QSR": "QSR stored by the fallback, without its batch generator"}
+
+
 def _expected(writer):
     return json.loads((FIXTURES / writer / "expected.json").read_text())
 
@@ -77,7 +82,12 @@ def test_fixture_loads_and_continues(writer, name):
     assert info["process_count"] == 1 and info["types"]
 
     scenario = scenarios.SCENARIOS[name]
-    loaded = nkserde.load(scenario.build(), path)
+    incomplete = set(info["types"]) & set(INCOMPLETE)
+    if incomplete:
+        with pytest.warns(UserWarning, match="differ from the interrupted run"):
+            loaded = nkserde.load(scenario.build(), path)
+    else:
+        loaded = nkserde.load(scenario.build(), path)
     assert scenarios.parameters_sha(loaded) == case["parameters_sha"]
     if case["step"] is not None:
         assert loaded.step_count == case["step"]
@@ -88,8 +98,8 @@ def test_fixture_loads_and_continues(writer, name):
             scenario.proceed_less(loaded)
         return
     got = scenario.proceed_less(loaded)
-    assert len(got) and np.all(np.isfinite(got))
-    if _written_here(expected):
+    assert len(got) and all(isinstance(x, str) or np.isfinite(x) for x in got)  # numbers, or parameter hashes
+    if _written_here(expected) and not incomplete:
         assert got == case["proceed"][: len(got)]
         assert scenario.proceed_less is not scenario.proceed or len(got) == len(case["proceed"])
     # (under another NetKet or JAX the continuation may log other times or

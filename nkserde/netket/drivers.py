@@ -105,6 +105,59 @@ register_attributes(
     "drawn from (the driver resamples the target at every step)",
 )
 
+# Quantum state reconstruction. Every training batch is drawn from a numpy
+# Generator of the driver's own (which NetKet marks serialize=False); the
+# control variates are a parameter-shaped expectation and the parameters it
+# was computed at, None until the first update.
+_QSR = find("netket.experimental.QSR")
+_QSR_FIELDS = dict(
+    _OPTIMIZATION,
+    preconditioner="_preconditioner",
+    batch_generator="_rng",
+    control_variate_expectation="_control_variate_expectation",
+    control_variate_parameters="_control_variate_params",
+)
+if _QSR is not None:
+    register_attributes(
+        _QSR,
+        "netket.experimental.QSR",
+        _QSR_FIELDS,
+        subclasses=True,
+        version=2,
+        # version 1: what the fallback rule stored until QSR had a registration
+        aliases=("netket.pytree.QSR",),
+        optional=("preconditioner", "batch_generator"),
+        doc="state; optimizer_state; step: int; momentum: pytree or None; preconditioner: "
+        "as VMC's; batch_generator: numpy.random.Generator that draws the training batches; "
+        "control_variate_expectation, control_variate_parameters: parameter-shaped pytrees "
+        "or None (before the first control-variate update)",
+    )
+
+
+@registry.migration("netket.experimental.QSR", from_version=1)
+def _qsr_v1(fields):
+    """Version 1 is the fallback's layout (NetKet's attribute names, no
+    batch generator): a file of it loads, but the template's generator
+    draws the next batches, so the continued run is not the interrupted
+    one (warned)."""
+    import warnings
+
+    warnings.warn(
+        "nkserde: a QSR driver saved before nkserde stored its batch generator: it continues "
+        "with the template's generator, so the next training batches differ from the "
+        "interrupted run's",
+        stacklevel=2,
+    )
+    renamed = {
+        "state": fields.get("_variational_state", fields.get("state")),
+        "step": fields.get("_step_count"),
+        "optimizer_state": fields.get("_optimizer_state"),
+        "control_variate_expectation": fields.get("_control_variate_expectation"),
+        "control_variate_parameters": fields.get("_control_variate_params"),
+    }
+    return {k: v for k, v in renamed.items() if v is not None or k.startswith("control")}
+
+
 # version 2: loss_stats, the generator's statistics of the last step, which
 # NetKet 3.22's dynamics loop logs at the start of the next run() call
 _DYNAMICS = dict(_COMMON, integrator="_integrator", last_update="_dw", loss_stats="_loss_stats")
