@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import warnings
 
 import netket as nk
 import netket.experimental as nkx
@@ -134,28 +135,28 @@ if _QSR is not None:
     )
 
 
+_QSR_V1_NAMES = {
+    "_variational_state": "state",
+    "_step_count": "step",
+    "_optimizer_state": "optimizer_state",
+    "_control_variate_expectation": "control_variate_expectation",
+    "_control_variate_params": "control_variate_parameters",
+}
+
+
 @registry.migration("netket.experimental.QSR", from_version=1)
 def _qsr_v1(fields):
     """Version 1 is the fallback's layout (NetKet's attribute names, no
     batch generator): a file of it loads, but the template's generator
     draws the next batches, so the continued run is not the interrupted
     one (warned)."""
-    import warnings
-
     warnings.warn(
         "nkserde: a QSR driver saved before nkserde stored its batch generator: it continues "
         "with the template's generator, so the next training batches differ from the "
         "interrupted run's",
         stacklevel=2,
     )
-    renamed = {
-        "state": fields.get("_variational_state", fields.get("state")),
-        "step": fields.get("_step_count"),
-        "optimizer_state": fields.get("_optimizer_state"),
-        "control_variate_expectation": fields.get("_control_variate_expectation"),
-        "control_variate_parameters": fields.get("_control_variate_params"),
-    }
-    return {k: v for k, v in renamed.items() if v is not None or k.startswith("control")}
+    return {_QSR_V1_NAMES.get(k, k): v for k, v in fields.items()}
 
 
 # version 2: loss_stats, the generator's statistics of the last step, which
