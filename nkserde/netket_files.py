@@ -38,7 +38,7 @@ import netket as nk
 import numpy as np
 
 from . import tree
-from .errors import CorruptFileError, TemplateMismatchError, format_path
+from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
 from .format import bounded, flax_msgpack, limits
 
 _ZIP = b"PK\x03\x04"
@@ -69,7 +69,16 @@ def load(template, path):
     """``template`` with what the NetKet file at ``path`` holds (see the
     module docstring)."""
     path = Path(path)
-    state = _read(path, _allowance(template))
+    allowance = _allowance(template)
+    try:
+        state = _read(path, allowance)
+    except LoadLimitError as exc:
+        if allowance < limits.current().max_load_bytes:  # the template's bound, not the settable one
+            raise LoadLimitError(
+                f"{exc}; here the bound is what a {type(template).__name__} template can use: its arrays "
+                f"four times over, or those and {SLACK >> 20} MiB"
+            ) from None
+        raise
     if not isinstance(state, dict):
         raise CorruptFileError(f"{path}: a NetKet file holds a map, not {type(state).__name__}")
     variables = state["variables"] if "variables" in state else state

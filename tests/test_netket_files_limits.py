@@ -110,6 +110,7 @@ def test_a_deflate_bomb_is_refused_before_it_is_inflated(bomb):
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["error"] == "LoadLimitError", out
     assert str(bomb) in out["message"] and STATE in out["message"] and str(BOMB_BYTES)[:4] in out["message"]
+    assert "what a MCState template can use" in out["message"]  # not a limit set_load_limits raises
     # the imports' own peak is in "peak" too: what the load added is far below 3 GB
     assert out["peak"] - out["before"] < 200 << 20, out
 
