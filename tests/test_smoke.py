@@ -20,8 +20,13 @@ def _vmc_sr_preconditioner():
     return vmc(preconditioner=nk.optimizer.SR(diag_shift=0.1))
 
 
-DRIVERS = {"vmc_adam": (vmc, 2, 2), "vmc_sr_preconditioner": (_vmc_sr_preconditioner, 2, 2), "vmc_sr": (vmc_sr, 2, 2)}
-DRIVERS["tdvp_rk4"] = (tdvp, 0.02, 0.02)
+# build, then what the first run() and the resumed run() are given
+DRIVERS = {
+    "vmc_adam": (vmc, 2, 2),
+    "vmc_sr_preconditioner": (_vmc_sr_preconditioner, 2, 2),
+    "vmc_sr": (vmc_sr, 2, 2),
+    "tdvp_rk4": (tdvp, 0.02, 0.02),
+}
 
 
 @pytest.mark.parametrize("name", DRIVERS)

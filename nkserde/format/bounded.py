@@ -123,7 +123,7 @@ class Archive:
             raise CorruptFileError(f"{self.path}: no member {name}") from None
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
             raise CorruptFileError(f"{where}: compression method {info.compress_type} (stored or deflate expected)")
-        _check_size(Path(self.path), f"member {name}", info.file_size, limit)
+        _check_size(self.path, f"member {name}", info.file_size, limit)
         out = bytearray()
         try:
             with self._zip.open(info) as f:
@@ -136,7 +136,7 @@ class Archive:
             raise CorruptFileError(f"{where}: unreadable: {exc}") from None
         except Exception as exc:  # zlib.error and friends
             raise CorruptFileError(f"{where}: unreadable: {type(exc).__name__}: {exc}") from None
-        _check_size(Path(self.path), f"member {name}", len(out), limit)
+        _check_size(self.path, f"member {name}", len(out), limit)
         if len(out) != info.file_size:
             raise CorruptFileError(f"{where}: {len(out)} bytes inflated, {info.file_size} declared")
         return bytes(out)

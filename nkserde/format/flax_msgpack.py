@@ -51,7 +51,9 @@ def restore(data: bytes, where: str):
 
     def on_map(pairs):
         counter.add(len(pairs) + 1)
-        return dict(pairs)
+        node = dict(pairs)
+        # maps are built innermost first: a chunked array's chunks are arrays by now
+        return _chunked_array(node, where) if node.get(_CHUNKED) is True else node
 
     def on_list(items):
         counter.add(len(items) + 1)
@@ -71,7 +73,7 @@ def restore(data: bytes, where: str):
 
     tree = _unpack(data, where, raw=False, object_pairs_hook=on_map, list_hook=on_list, ext_hook=on_ext)
     _check_depth(tree, where)
-    return _unchunk(tree, where)
+    return tree
 
 
 def _unpack(data, where, **options):
@@ -113,16 +115,6 @@ def _check_depth(tree, where: str) -> None:
             stack.extend((v, depth + 1) for v in node.values())
         elif isinstance(node, list):
             stack.extend((v, depth + 1) for v in node)
-
-
-def _unchunk(node, where: str):
-    if isinstance(node, list):
-        return [_unchunk(v, where) for v in node]
-    if not isinstance(node, dict):
-        return node
-    if node.get(_CHUNKED) is True:
-        return _chunked_array(node, where)
-    return {k: _unchunk(v, where) for k, v in node.items()}
 
 
 def _chunked_array(node: dict, where: str) -> np.ndarray:
