@@ -154,7 +154,8 @@ def netket_templates():
 def test_kept_crash_inputs_of_netket_files(case, netket_templates, tmp_path):
     """variables-not-a-map: AttributeError; zip-version-not-implemented:
     zipfile's NotImplementedError; null-parameter: NetKet's
-    ParameterMismatchError (each before its fix)."""
+    ParameterMismatchError; sampler-state-key-not-text: a TypeError sorting
+    int and str keys for an error message (each before its fix)."""
     path = tmp_path / case
     path.write_bytes((FUZZ / "regressions_netket" / case).read_bytes())
     assert targets.read_netket_file(path, netket_templates, tmp_path) is None

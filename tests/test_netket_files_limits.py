@@ -236,6 +236,7 @@ def test_chunked_arrays_are_reassembled(monkeypatch):
         (b"\x81\xa1a" + b"\x91" * 5000 + b"\xc0", "StackError"),
         (msgpack.packb({"__msgpack_chunked_array__": True, "shape": {"0": 5}, "chunks": {}}), "chunks"),
         (msgpack.packb({"a": 1})[:-1], "not a readable flax msgpack"),
+        (msgpack.packb({"a": 1, 7: 2}), "a map key that is not text: 7"),
     ],
 )
 def test_malformed_flax_msgpack_is_a_corrupt_file_error(payload, match):

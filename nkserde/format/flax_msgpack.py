@@ -9,7 +9,7 @@ msgpack's 2 GiB leaf are split into ``{"__msgpack_chunked_array__": True,
 "shape": {...}, "chunks": {...}}``.
 
 :func:`restore` is flax's ``msgpack_restore`` with a reader's guarantees:
-dtypes only from nkserde's list (never ``object``), every shape checked
+text map keys only, dtypes only from nkserde's list (never ``object``), every shape checked
 against its bytes, at most ``MAX_ITEMS`` containers and entries, nesting at
 most ``MAX_DEPTH`` deep, and a chunked array only if its chunks add up to
 its shape. The decoded arrays are views of the bytes given (nothing is
@@ -51,6 +51,9 @@ def restore(data: bytes, where: str):
 
     def on_map(pairs):
         counter.add(len(pairs) + 1)
+        if not all(isinstance(k, str) for k, _ in pairs):  # flax writes text keys only
+            key = next(k for k, _ in pairs if not isinstance(k, str))
+            raise CorruptFileError(f"{where}: a map key that is not text: {key!r}"[:300])
         node = dict(pairs)
         # maps are built innermost first: a chunked array's chunks are arrays by now
         return _chunked_array(node, where) if node.get(_CHUNKED) is True else node
