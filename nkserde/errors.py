@@ -85,6 +85,17 @@ class DistributedSaveError(NkserdeError):
     raise it; the target file is untouched)."""
 
 
+class PeerLostError(DistributedSaveError):
+    """Another process of the run did not reach a point where all of them
+    meet (a save, the start of a run) within the timeout: it died (killed,
+    out of memory) or is stuck. ``missing``: the ranks that did not arrive
+    (empty if unknown). The checkpoints on disk are intact."""
+
+    def __init__(self, message: str, missing=()):
+        super().__init__(message)
+        self.missing = list(missing)
+
+
 def format_path(path) -> str:
     """``("state", "parameters", "Dense")`` -> ``"state/parameters/Dense"``;
     the empty path is the root, ``"<root>"``."""
