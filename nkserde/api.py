@@ -114,21 +114,24 @@ def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
     return fileformat.drain(save_state_dict_steps(state, path, root_type=root_type))
 
 
-def save_state_dict_steps(state, path, *, root_type: str | None = None):
+def save_state_dict_steps(state, path, *, root_type: str | None = None, sequence: str | None = None):
     """:func:`save_state_dict` as a generator of steps, each a bounded piece
     of the write, returning the path: any thread may advance it (a
     background writer that falls behind is finished by the run's thread).
-    In a run of several processes the whole collective write is one step."""
+    In a run of several processes each round with the others is one step.
+    ``sequence``: the name of a series of saves that never overlap (a
+    Checkpoint's, one directory): they share coordination keys, each
+    deleting the last one's; by default one per target file."""
     path = Path(path)
     meta = new_meta(state, root_type or type(state).__name__)
     if jax.process_count() > 1:
-        from .distributed import JaxCommunicator, coordination_name
-        from .format.writer import write_file_together
+        from .distributed import coordination_name, group
+        from .format.writer import write_file_together_steps
 
         # one key sequence per target: saves to different files (an
         # asynchronous checkpoint and a direct save) cannot cross
-        comm = JaxCommunicator(coordination_name("save", path))
-        return write_file_together(path, state, meta, comm)
+        name = sequence or coordination_name("save", path)
+        return (yield from write_file_together_steps(path, state, meta, group(name)))
     return (yield from fileformat.write_file_steps(path, state, meta))
 
 

@@ -1,29 +1,29 @@
-"""The processes of a multi-process JAX run, as the file writer needs them.
+"""The processes of a multi-process JAX run, as the checkpoint needs them.
 
-:class:`JaxCommunicator` exchanges small messages through the key-value
-store of JAX's distributed runtime (the coordination service that
-``jax.distributed.initialize`` starts), not through device collectives: it
-works from any thread, so an asynchronous checkpoint can write from a
-background thread while the run's own collectives go on. Array data never
-goes through it; each process writes its own blocks into the file.
+:class:`JaxStore` is :class:`nkserde.coordination.KeyValueStore` over the
+key-value store of JAX's distributed runtime (the coordination service
+that ``jax.distributed.initialize`` starts on process 0), not over device
+collectives: it works from any thread, so an asynchronous checkpoint can
+write from a background thread while the run's own collectives go on.
+Array data never goes through it; each process writes its own blocks
+into the file.
+
+Every process counts its requests (:func:`counts`); the coordinator
+serves the sum over processes.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
+import os
 import socket
-import threading
 
 import jax
 
 from . import jax_internals
-from .errors import NkserdeError
-
-# Long enough for a slow shared file system, short enough that a process
-# that died leaves the others with an error instead of hanging forever.
-TIMEOUT_MS = 10 * 60 * 1000
+from .coordination import DEFAULT_TIMEOUT, CountingStore, Group, KeyExists, StopFlag, StoreTimeout
+from .errors import DistributedSaveError, NkserdeError
 
 
 def process_count() -> int:
@@ -42,49 +42,103 @@ def free_local_port() -> int:
         return s.getsockname()[1]
 
 
-def _client():
+def peer_timeout() -> float:
+    """Seconds a process waits for the others at a point where all of them
+    meet before it raises PeerLostError naming the missing ones: the
+    environment's ``NKSERDE_PEER_TIMEOUT``, else 60. (A wait that includes
+    another process's writing also allows 1 s per 20 MB written.)"""
+    value = os.environ.get("NKSERDE_PEER_TIMEOUT")
+    if not value:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise NkserdeError(f"NKSERDE_PEER_TIMEOUT={value!r}: expected a positive number of seconds")
+    return seconds
+
+
+class JaxStore:
+    """JAX's coordination service as a KeyValueStore. Errors of the service
+    other than a timeout or an existing key pass through unchanged."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def set(self, key, value):
+        try:
+            self.client.key_value_set_bytes(key, bytes(value))
+        except Exception as exc:
+            if "ALREADY_EXISTS" in str(exc):
+                raise KeyExists(key) from None
+            raise
+
+    def try_get(self, key):
+        try:
+            return self.client.key_value_try_get_bytes(key)
+        except Exception as exc:
+            if "NOT_FOUND" in str(exc):
+                return None
+            raise
+
+    def get(self, key, timeout):
+        try:
+            return self.client.blocking_key_value_get_bytes(key, _ms(timeout))
+        except Exception as exc:
+            if "DEADLINE_EXCEEDED" in str(exc):
+                raise StoreTimeout(key) from None
+            raise
+
+    def dir_get(self, prefix):
+        return list(self.client.key_value_dir_get_bytes(prefix + "/"))
+
+    def delete(self, prefix):
+        self.client.key_value_delete(prefix)
+
+    def barrier(self, name, timeout):
+        try:
+            self.client.wait_at_barrier(name, _ms(timeout))
+        except Exception as exc:
+            if "DEADLINE_EXCEEDED" in str(exc):
+                raise StoreTimeout(name) from None
+            raise
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+_store: CountingStore | None = None
+
+
+def store() -> CountingStore:
+    """This process's counted store over JAX's coordination service."""
+    global _store
     client = jax_internals.distributed_client()
     if client is None:
         raise RuntimeError(
             "jax.distributed is not initialized: several processes need jax.distributed.initialize() before saving"
         )
-    return client
+    if _store is None or _store.store.client is not client:
+        _store = CountingStore(JaxStore(client))
+    return _store
 
 
-class JaxCommunicator:
-    """All-gather of bytes over JAX's coordination service.
+def counts():
+    """What this process has sent to the coordination service so far
+    (:class:`nkserde.coordination.Counts`)."""
+    return store().snapshot()
 
-    Every process must make the same sequence of calls (each save of every
-    process is one call sequence); keys are numbered per communicator name,
-    so two communicators with different names (e.g. the checkpoint
-    manager's and a direct save) do not interfere.
-    """
 
-    _counters: dict[str, itertools.count] = {}
-    _lock = threading.Lock()
+def group(name: str) -> Group:
+    """The processes of this run as a :class:`~nkserde.coordination.Group`
+    named ``name`` (a :func:`coordination_name`)."""
+    return Group(store(), jax.process_index(), jax.process_count(), name, timeout=peer_timeout())
 
-    def __init__(self, name: str = "save"):
-        self.rank, self.size = jax.process_index(), jax.process_count()
-        self.name = name
-        self.client = _client()
 
-    def _next_key(self) -> str:
-        with self._lock:
-            counter = self._counters.setdefault(self.name, itertools.count())
-            return f"nkserde/{self.name}/{next(counter)}"
-
-    def allgather(self, data: bytes) -> list[bytes]:
-        key = self._next_key()
-        self.client.key_value_set_bytes(f"{key}/{self.rank}", bytes(data))
-        out = [self.client.blocking_key_value_get_bytes(f"{key}/{r}", TIMEOUT_MS) for r in range(self.size)]
-        # everyone has read every value: the keys can go
-        self.client.wait_at_barrier(f"{key}/read", TIMEOUT_MS)
-        self.client.key_value_delete(f"{key}/{self.rank}")
-        return out
-
-    def broadcast(self, data: bytes | None) -> bytes:
-        """Process 0's ``data`` on every process."""
-        return self.allgather(data if self.rank == 0 else b"")[0]
+def stop_flag(name: str) -> StopFlag:
+    return StopFlag(store(), f"nkserde/{name}")
 
 
 def coordination_name(purpose: str, path) -> str:
@@ -94,33 +148,18 @@ def coordination_name(purpose: str, path) -> str:
     return f"{purpose}:{hashlib.sha1(str(path).encode()).hexdigest()[:16]}"
 
 
-def any_process(name: str, flag: int | None) -> int | None:
-    """The first non-zero ``flag`` of any process (by value: the largest),
-    on every process: e.g. a signal that reached only some of them.
-    ``name``: a :func:`coordination_name`. One process: ``flag``."""
-    if jax.process_count() == 1:
-        return flag
-    received = JaxCommunicator(name).allgather(str(flag or 0).encode())
-    return flag or max(int(b) for b in received) or None
-
-
 def on_process_0(name: str, decide, failed: str):
     """``decide()`` run on process 0 only; its result (JSON-able) on every
-    process. If it raises there, the others raise NkserdeError(``failed``:
-    the error). ``name``: a :func:`coordination_name`. One process: just
+    process, in one round (about 3P requests at the coordinator). If it
+    raises there, the others raise DistributedSaveError(``failed``: the
+    error). ``name``: a :func:`coordination_name`. One process: just
     ``decide()``."""
     if jax.process_count() == 1:
         return decide()
-    comm = JaxCommunicator(name)
-    if comm.rank == 0:
-        try:
-            result = decide()
-        except Exception as exc:
-            comm.broadcast(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+    try:
+        answer = group(name).round(b"", lambda _: json.dumps(decide()).encode(), what=failed)
+    except DistributedSaveError as exc:
+        if jax.process_index() == 0 or type(exc) is not DistributedSaveError:
             raise
-        comm.broadcast(json.dumps({"result": result}).encode())
-        return result
-    message = json.loads(comm.broadcast(None))
-    if "error" in message:
-        raise NkserdeError(f"{failed}: {message['error']}")
-    return message["result"]
+        raise DistributedSaveError(f"{failed}: {exc}") from None
+    return json.loads(answer)

@@ -17,6 +17,19 @@ split them evenly):
                                  a MetropolisLocalNumpy state: per-process
     mismatch FILE                save a dict whose "replicated" array
                                  differs between processes (must fail)
+    state-dict                   from_state_dict(fresh VMC, state_dict(VMC
+                                 after 1 step)) in memory; rank-<r>.npz:
+                                 whether the chains came back
+    peer-dies WHEN FILE          save a VMC driver to FILE; then process 1
+                                 dies (SIGKILL) before the next save
+                                 (``before``) or while writing its blocks
+                                 (``writing``) and the others save again;
+                                 rank-<r>.npz: the error, the seconds it
+                                 took, whether FILE still verifies
+    count STEPS EVERY            a checkpointed VMC (synchronous saves every
+                                 EVERY steps); rank-<r>.npz: this process's
+                                 requests to the coordination service
+                                 before, after each step and after the run
     own-blocks FILE              save a dict of a 4 MB array split over the
                                  processes and a replicated one, load it
                                  back; rank-<r>.npz: bytes read by the load
@@ -28,7 +41,7 @@ split them evenly):
     ckpt DRIVER STEPS HOW        ``nkserde.checkpointed(driver,
                                  WORKDIR/ckpt, every=2)``, run STEPS with
                                  ``out=WORKDIR/out/log``. HOW: ``run``;
-                                 ``kill:K`` (every process SIGKILLs itself
+                                 ``kill:K`` (every process SIGKILLs itself; ``kill1:K``: process 1 only
                                  after step K; synchronous saves);
                                  ``sigterm:K`` (process 1 alone gets SIGTERM
                                  after step K; background saves)
@@ -63,7 +76,12 @@ if os.environ.get("MP_JAX_CACHE"):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 jax.distributed.initialize(
-    coordinator_address=f"127.0.0.1:{port}", num_processes=n_processes, process_id=rank, initialization_timeout=120
+    coordinator_address=f"127.0.0.1:{port}",
+    num_processes=n_processes,
+    process_id=rank,
+    initialization_timeout=120,
+    # JAX's own detection of a process that died (default 100 s)
+    heartbeat_timeout_seconds=int(os.environ.get("MP_HEARTBEAT", "100")),
 )
 
 import netket as nk  # noqa: E402
@@ -177,6 +195,16 @@ def main():
         )
     elif action == "ckpt":
         checkpointed_run(rest[0], int(rest[1]), rest[2])
+    elif action == "state-dict":
+        driver = vmc()
+        run(driver, "vmc", 1)
+        restored = nkserde.from_state_dict(vmc(), nkserde.state_dict(driver))
+        same = np.array_equal(gathered(restored.state.sampler_state.σ), gathered(driver.state.sampler_state.σ))
+        np.savez(workdir / f"rank-{rank}.npz", same=same, step_count=restored.step_count)
+    elif action == "peer-dies":
+        peer_dies(rest[0], Path(rest[1]))
+    elif action == "count":
+        count_requests(int(rest[0]), int(rest[1]))
     elif action == "own-blocks":
         own_blocks(rest[0])
     elif action == "save-fail":
@@ -240,7 +268,7 @@ class Interrupt(nk.callbacks.AbstractCallback):
     def on_step_end(self, step, log_data, driver):
         if driver.step_count + 1 != self.k:  # NetKet counts the step after this
             return
-        if self.kind == "kill":
+        if self.kind == "kill" or (self.kind == "kill1" and rank == 1):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.kind == "sigterm" and rank == 1:
             os.kill(os.getpid(), signal.SIGTERM)
@@ -255,6 +283,42 @@ def checkpointed_run(name, steps, how):
         driver,
         resumed_from=np.asarray(-1 if ckpt.resumed_from is None else ckpt.resumed_from),
         interrupted=np.asarray(str(ckpt.interrupted)),
+    )
+    np.savez(workdir / f"rank-{rank}.npz", step_count=driver.step_count, interrupted=str(ckpt.interrupted))
+
+
+class CountRequests(nk.callbacks.AbstractCallback):
+    """This process's requests to the coordination service at the end of
+    each step (after every callback's on_step_start of that step)."""
+
+    totals: list = nk.utils.struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self):
+        self.totals = []
+
+    def on_step_end(self, step, log_data, driver):
+        self.totals.append(nkserde.distributed.counts().total)
+
+
+def count_requests(steps, every):
+    """A checkpointed VMC of ``steps`` steps saving every ``every`` (in the
+    run's thread); rank-<r>.npz: the request totals before the run, after
+    each step and after the run, and the bytes sent and received."""
+    import nkserde.distributed
+
+    before = nkserde.distributed.counts().total
+    driver = nkserde.checkpointed(vmc(), workdir / "ckpt", every=every, async_save=False)
+    probe = CountRequests()
+    driver.run(steps, callback=[probe], show_progress=False)
+    after = nkserde.distributed.counts()
+    np.savez(
+        workdir / f"rank-{rank}.npz",
+        before=before,
+        steps=np.asarray(probe.totals),
+        after=after.total,
+        sent=after.sent,
+        received=after.received,
+        step_count=driver.step_count,
     )
 
 
@@ -308,6 +372,41 @@ def save_failing(file, failing_rank, how):
         temps=np.asarray(temps or [""]),
     )
     nkserde.verify(file)
+
+
+def peer_dies(when, file):
+    import time
+
+    driver = vmc()
+    nkserde.save(driver, file)
+    if rank == 1:
+        if when == "before":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        os.pwrite = die  # process 1 writes its blocks with os.pwrite
+    start = time.monotonic()
+    try:
+        nkserde.save(driver, file)
+        error, missing = "no error", []
+    except nkserde.errors.NkserdeError as exc:
+        error, missing = f"{type(exc).__name__}: {exc}", getattr(exc, "missing", [])
+    elapsed = time.monotonic() - start
+    nkserde.verify(file)  # the previous file, intact
+    temps = [p.name for p in file.parent.iterdir() if p.name != file.name]
+    np.savez(
+        workdir / f"rank-{rank}.npz",
+        error=np.asarray(error),
+        missing=np.asarray(missing or [-1]),
+        elapsed=elapsed,
+        temps=np.asarray(temps or [""]),
+    )
+    print(f"done {action} rank {rank}: {error}", flush=True)
+    # JAX's shutdown at exit waits for the dead process (until its heartbeat
+    # timeout): what happens after the error is not what this tests
+    os._exit(0)
 
 
 def numpy_state():

@@ -198,16 +198,31 @@ def test_checkpointed_run_killed_resumes_exactly(runs, cache, tmp_path):
 
 
 def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path):
-    """SIGTERM reaches process 1 only (background saves): both processes
-    stop after the same step with a checkpoint of it; the rerun finishes."""
-    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "sigterm:3"], jax_cache=cache)
-    first = np.load(tmp_path / "result.npz")
-    assert int(first["step_count"]) == 3 and str(first["interrupted"]) == "SIGTERM"
+    """SIGTERM reaches process 1 only, after step 1 (background saves): it
+    asks for a stop two steps on (coordination.StopFlag: the others read
+    the flag from a thread while a step runs, and may have started step 1
+    already), and both processes stop after step 3 with a checkpoint of it;
+    the rerun finishes."""
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "sigterm:1"], jax_cache=cache)
+    for r in range(2):
+        got = np.load(tmp_path / f"rank-{r}.npz")
+        assert int(got["step_count"]) == 3 and str(got["interrupted"]) == "SIGTERM", r
+    assert (tmp_path / "ckpt" / "run-0" / "step-0000000003.nks").exists()
     launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
     result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
     assert int(result["resumed_from"]) == 3
     files = sorted(p.name for p in (tmp_path / "ckpt" / "run-0").iterdir())
     assert ".lock" not in files and "fingerprint.json" in files
+
+
+def test_a_state_dict_restores_in_memory_on_every_process(cache, tmp_path):
+    """nkserde.from_state_dict(template, nkserde.state_dict(driver)) with 2
+    processes: the chains spread over them come back from each process's
+    own blocks (no file)."""
+    launch(2, ["state-dict", tmp_path], jax_cache=cache)
+    for r in range(2):
+        got = np.load(tmp_path / f"rank-{r}.npz")
+        assert got["same"] and int(got["step_count"]) == 1, r
 
 
 def test_each_process_reads_its_own_blocks(cache, tmp_path):
@@ -219,3 +234,71 @@ def test_each_process_reads_its_own_blocks(cache, tmp_path):
         assert got["same"] and got["params"]
         share = (1024 * 4096) // 2
         assert share <= got["read"] <= share + 64 * 1024, (r, int(got["read"]), int(got["size"]))
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cache, tmp_path, n):
+    """Counted by every process (nkserde.distributed.counts): a step
+    without a checkpoint is one request per process (the stop flag's
+    non-blocking read, made by a thread while the step runs), a save two
+    rounds through process 0 (3 requests each on every other process; on
+    process 0 also the read of the messages, the answer and the deletion
+    of a round's keys), the run's start one round; whatever the number of
+    processes. The coordinator serves the sum: O(P)."""
+    steps, saves = 6, 2  # checkpoints of steps 3 and 6 (every=3)
+    launch(n, ["count", tmp_path, steps, 3], jax_cache=cache, timeout=400)
+    per_rank = [np.load(tmp_path / f"rank-{r}.npz") for r in range(n)]
+    for r, got in enumerate(per_rank):
+        assert int(got["step_count"]) == steps
+        # process 0's first round of the directory's save sequence has no keys to delete before it
+        start, save, all_saves = (4, 4 + 5, 4 + 5 * (2 * saves - 1)) if r == 0 else (3, 2 * 3, saves * 2 * 3)
+        assert int(got["after"]) - int(got["before"]) == start + steps + all_saves, r
+        per_step = np.diff(got["steps"])  # steps 2..6 (a read lands in its step or the next)
+        plain = np.delete(per_step, 2)  # step 4 begins with the checkpoint of step 3
+        assert plain.max() <= 2 and plain.sum() <= len(plain) + 1, (r, per_step)
+        assert per_step[2] >= save, (r, per_step)
+    received = [int(g["received"]) for g in per_rank]
+    # nobody but process 0 receives more than its own answers: no description of every process
+    assert max(received[1:]) < 400, received
+    assert received[0] < 1200 * n, received
+
+
+@pytest.mark.parametrize("when, what", [("before", "encoding the state"), ("writing", "writing blocks")])
+def test_a_peer_that_dies_is_named_within_the_timeout(cache, tmp_path, when, what):
+    """Process 1 is SIGKILLed before a save or while it writes its blocks:
+    the others raise PeerLostError naming it after NKSERDE_PEER_TIMEOUT
+    (here 4 s, plus the allowance for the bytes being written), not after
+    JAX's 10-minute waits; the file saved before still verifies and no
+    temporary file is left."""
+    file = tmp_path / "files" / "driver.nks"
+    file.parent.mkdir()
+    env = {"NKSERDE_PEER_TIMEOUT": "4"}
+    launch(3, ["peer-dies", tmp_path, when, file], jax_cache=cache, env=env, expect_failure=True)
+    for r in (0, 2):
+        got = np.load(tmp_path / f"rank-{r}.npz")
+        error = str(got["error"])
+        assert error.startswith("PeerLostError") and "process 1 did not reach" in error and what in error, error
+        assert list(got["missing"]) == [1], error
+        assert 4 <= float(got["elapsed"]) < 30, float(got["elapsed"])
+        assert list(got["temps"]) == [""], list(got["temps"])
+
+
+def test_a_peer_killed_between_checkpoints_ends_the_others_and_the_rerun_resumes(runs, cache, tmp_path):
+    """Process 1 is SIGKILLed after step 3, while process 0 goes on into
+    step 4's collectives (NetKet's, which nkserde cannot interrupt): JAX's
+    failure detection ends process 0 after its heartbeat timeout (here 5 s,
+    set in jax.distributed.initialize) instead of leaving it waiting; the
+    checkpoint of step 2 verifies, and the same command again resumes from
+    it and ends as the uninterrupted run."""
+    import time
+
+    start = time.monotonic()
+    outputs = launch(
+        2, ["ckpt", tmp_path, "vmc", STEPS, "kill1:3"], jax_cache=cache, env={"MP_HEARTBEAT": "5"}, expect_failure=True
+    )
+    assert time.monotonic() - start < 120
+    assert "unhealthy" in outputs[0] or "heartbeat" in outputs[0], outputs[0][-3000:]
+    nkserde.verify(tmp_path / "ckpt" / "run-0" / "step-0000000002.nks")
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
+    result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
+    assert int(result["resumed_from"]) == 2

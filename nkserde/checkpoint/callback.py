@@ -30,6 +30,7 @@ package's other modules. It uses nkserde like a user does:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import signal
 import sys
@@ -43,7 +44,7 @@ from netket.utils import struct
 
 from .. import api, fingerprint as run_fingerprint, registry
 from .._log import say
-from ..distributed import any_process, coordination_name, multi_process, on_process_0
+from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
@@ -280,6 +281,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             # (a script may build it before jax.distributed.initialize())
             self._signals.defer_sigint = not multi_process()
             self._signals.install()
+            if multi_process() and self.signals:
+                run.stop = stop_flag(_numbered(coordination_name("checkpoint:stop", self.directory)))
             self._run = run
         except BaseException:
             self._files.lock.release()
@@ -315,11 +318,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._save(driver, asynchronous=False)
             raise KeyboardInterrupt
         # stop together: a signal may reach the processes at different steps
-        self._signals.received = any_process(
-            coordination_name("checkpoint:signals", self.directory), self._signals.received
-        )
-        if self._signals.received is not None:
-            self.interrupted = signal.Signals(self._signals.received).name
+        # (one non-blocking request per step; see coordination.StopFlag)
+        stop = self._signals.received if run.stop is None else run.stop.check(run.completed, self._signals.received)
+        if stop is not None:
+            self.interrupted = signal.Signals(stop).name
             if run.last_saved != run.completed:
                 self._save(driver, asynchronous=False)
             raise nk.callbacks.StopRun(
@@ -530,7 +532,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def _write_steps(self, state, path, completed):
         """The steps of writing one checkpoint (see background.BackgroundWrite)."""
-        yield from api.save_state_dict_steps(state, path, root_type="checkpoint")  # every process together
+        # every process together; one write in flight, so one key sequence for the directory
+        sequence = coordination_name("checkpoint:save", self.directory)
+        yield from api.save_state_dict_steps(state, path, root_type="checkpoint", sequence=sequence)
         if jax.process_index() == 0:  # directory upkeep is process 0's
             yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
             self._files.retire(self._retention, completed)
@@ -541,6 +545,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._writer.wait()
 
     def _finish(self, raise_write_error=True):
+        if self._run is not None and self._run.stop is not None:
+            self._run.stop.close()
         self._run = None
         self._signals.restore()
         self._files.lock.release()
@@ -562,6 +568,16 @@ class _Run:
         self.last_saved: int | None = None  # step of the newest checkpoint submitted
         self.dirty_step: int | None = None  # the step whose update has begun, until it completes
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
+        self.stop = None  # a StopFlag shared by the processes of a multi-process run
+
+
+_RUNS: dict[str, itertools.count] = {}
+
+
+def _numbered(name: str) -> str:
+    """``name`` and how many runs in this process used it before: every
+    process runs the same sequence, so each run gets its own keys."""
+    return f"{name}:{next(_RUNS.setdefault(name, itertools.count()))}"
 
 
 def _state_path(source: Path) -> str | None:
