@@ -440,6 +440,8 @@ def _resize(template, state, path, announce=True):
 
 
 def _restore_array(template, state, path):
+    if isinstance(state, GlobalArray):  # from state_dict() in a multi-process run: this process's blocks
+        state = _LocalBlocks(state, path)
     if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
         state = state.read()
     if not isinstance(state, (np.ndarray, LazyArray)):
@@ -472,6 +474,37 @@ def _restore_array(template, state, path):
     if isinstance(template, np.generic):
         return state[()]
     return to_device(state, template)
+
+
+class _LocalBlocks(LazyArray):
+    """A GlobalArray that ``state_dict`` returned (this process's blocks of
+    an array spread over processes), read like an array of a file: each
+    process reads the blocks of its own shards, which must be among its
+    blocks (the template has the layout of the run that took the state
+    dict; another layout needs a file)."""
+
+    def __init__(self, array: GlobalArray, path):
+        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
+        self.dtype_name = dtype_name(self.dtype)
+        self._blocks, self._path = array.blocks, path
+
+    def read(self, index=None) -> np.ndarray:
+        if index is None:
+            index = tuple(slice(0, n) for n in self.shape)
+        index = tuple(index) + tuple(slice(0, n) for n in self.shape[len(tuple(index)) :])
+        wanted = [(i.start or 0, n if i.stop is None else i.stop) for i, n in zip(index, self.shape)]
+        for start, block in self._blocks:
+            stop = [s + n for s, n in zip(start, block.shape)]
+            if all(s <= a and b <= e for (a, b), s, e in zip(wanted, start, stop)):
+                return np.asarray(block)[tuple(slice(a - s, b - s) for (a, b), s in zip(wanted, start))]
+        raise TemplateMismatchError(
+            f"{format_path(self._path)}: this process holds no block of {wanted} of the state dict's array "
+            f"{self.dtype}{list(self.shape)} spread over processes: a template of another layout loads it "
+            "from a file (nkserde.save, then nkserde.load)"
+        )
+
+    def __repr__(self):
+        return f"GlobalArray({self.dtype}{list(self.shape)}, this process's blocks)"
 
 
 def _precision_only(a: np.dtype, b: np.dtype) -> bool:
