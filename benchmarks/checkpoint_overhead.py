@@ -3,6 +3,8 @@
 
     python benchmarks/checkpoint_overhead.py [--models rbm-8,rbm-100x1000] [--steps N]
                                              [--repeat R] [--dir DIR] [--load N]
+    python benchmarks/checkpoint_overhead.py --processes 2 [--steps N] [--repeat R]
+                                             [--dir DIR] [--load N]
 
 Models (VMC, Ising chain, Adam; ``--models`` picks among them):
 
@@ -56,6 +58,29 @@ the repeats (on a shared machine, other load only ever slows a run down):
   (``while True: pass``) beside the benchmark, as on a shared node.
 
 The machine may be shared: the load average is printed before and after.
+
+``--processes P`` (P > 1): the same measurement for a run of P JAX processes
+on this machine (real processes: this script, started P times with a hidden
+``--mp-worker``, each calling ``jax.distributed.initialize`` over gloo on
+127.0.0.1 before importing NetKet). Model ``rbm-8`` only. The processes
+run, in step, an untimed warm-up, then ``--repeat`` (default 3) alternating
+repeats of ``plain`` and ``every=1 async`` (``--steps``, default 30, each),
+first with no competing process ("quiet"), then with ``--load`` busy processes (default: one
+per CPU) started by process 0 beside the group. Per process, load and
+configuration:
+
+* ``step ms``: median over every step of the repeats of the time from one
+  step's ``on_step_start`` to the next (a callback before every other,
+  waiting for the parameters first): a whole step, the checkpoint's
+  snapshot and the wait at its end included; ``ovh`` against plain;
+* ``lag``: ``Checkpoint.write_lags`` as above: per background write, the
+  seconds from the snapshot (taken in ``on_step_start`` of step k) to its
+  end, median and max; ``helped``: writes the run's thread finished;
+* ``bg``: writes the background thread had finished by the time
+  ``on_step_end`` of step k+1 began (the bound held with no help);
+* ``held``: writes whose end (the write's own clock) was before the end of
+  ``on_step_end`` of step k+1, i.e. of that step: the bound;
+* ``wait ms``: median time in that ``on_step_end``.
 """
 
 from __future__ import annotations
@@ -76,7 +101,29 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+
+def _mp_worker_argv():
+    """(rank, processes, port) if this process is one of a --processes group
+    (``--mp-worker RANK,P,PORT``), else None."""
+    if "--mp-worker" not in sys.argv:
+        return None
+    rank, processes, port = sys.argv[sys.argv.index("--mp-worker") + 1].split(",")
+    return int(rank), int(processes), int(port)
+
+
+MP_WORKER = _mp_worker_argv()
+
 import jax  # noqa: E402
+
+if MP_WORKER is not None:  # before NetKet is imported
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{MP_WORKER[2]}",
+        num_processes=MP_WORKER[1],
+        process_id=MP_WORKER[0],
+        initialization_timeout=60,
+    )
+
 import jax.numpy as jnp  # noqa: E402
 import netket as nk  # noqa: E402
 import optax  # noqa: E402
@@ -206,16 +253,21 @@ class LoopEnd(nk.callbacks.AbstractCallback):
 # -------------------------------------------------------------------- runs
 
 
-def timed_run(driver, steps, option, parent: Path) -> dict:
+def timed_run(driver, steps, option, parent: Path, *, directory=None, checkpoint=None, extra=()) -> dict:
+    """One run. ``directory``: the checkpoint directory (kept; default a
+    fresh one under ``parent``, deleted afterwards); ``checkpoint``: the
+    Checkpoint class (default TimedCheckpoint); ``extra``: more callbacks."""
     HOOK_TIME.clear()
     SAVES.clear()
     MARKS.clear()
-    callbacks = [LoopStart(), LoopEnd()]
-    directory = ckpt = None
+    callbacks = [LoopStart(), LoopEnd(), *extra]
+    ckpt = None
+    remove = directory is None
     if option is not None:
         every, async_save = option
-        directory = Path(tempfile.mkdtemp(prefix="ckpt-", dir=parent))
-        ckpt = TimedCheckpoint(directory, every=every, async_save=async_save, keep=2)
+        if directory is None:
+            directory = Path(tempfile.mkdtemp(prefix="ckpt-", dir=parent))
+        ckpt = (checkpoint or TimedCheckpoint)(directory, every=every, async_save=async_save, keep=2)
         callbacks.append(ckpt)
     start = time.perf_counter()
     driver.run(steps, callback=callbacks, show_progress=False)
@@ -231,10 +283,11 @@ def timed_run(driver, steps, option, parent: Path) -> dict:
         # (steps the run's thread wrote, seconds from snapshot to file) per background write
         "lags": list(getattr(ckpt, "write_lags", None) or getattr(ckpt, "_write_lag", ()) or ()),
     }
-    if directory is not None:
+    if ckpt is not None:
         files = sorted(directory.glob("step-*.nks"))
         row["file_mb"] = files[-1].stat().st_size / 1e6 if files else None
-        shutil.rmtree(directory)
+        if remove:
+            shutil.rmtree(directory)
     return row
 
 
@@ -319,6 +372,249 @@ def table(results) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
 
 
+def start_hogs(n):
+    """``n`` busy processes (a shared node)."""
+    import subprocess
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def stop_hogs(hogs):
+    for hog in hogs:
+        hog.kill()
+        hog.wait()
+
+
+# ------------------------------------------------------ several processes
+
+MP_MODEL = "rbm-8"
+MP_DEFAULTS = (30, 3)  # steps per run, repeats
+MP_CONFIGS = [("plain", None), ("every=1 async", (1, True))]
+MP_TIMEOUT = 150  # seconds for the whole group
+STAMPS: list = []  # perf_counter at every step's start
+BOUND: list = []  # per background write: how it ended relative to its step
+_PENDING_WRITE = [None]
+
+
+class StepClock(nk.callbacks.AbstractCallback):
+    @property
+    def callback_order(self) -> int:
+        return -(10**6)  # before every other on_step_start, the Checkpoint's snapshot included
+
+    def on_step_start(self, step, log_data, driver):
+        jax.block_until_ready(driver.state.parameters)
+        STAMPS.append(time.perf_counter())
+
+
+class BoundCheckpoint(TimedCheckpoint):
+    """TimedCheckpoint that also notes, for each background write submitted in
+    ``on_step_start`` of a step, whether it had ended (in the background) when
+    that step's ``on_step_end`` began, and whether it had ended before that
+    ``on_step_end`` returned (the bound). Reads the writer's write in flight
+    (private: only to observe it)."""
+
+    def on_step_start(self, step, log_data, driver):
+        try:
+            return super().on_step_start(step, log_data, driver)
+        finally:
+            write = getattr(getattr(self, "_writer", None), "_write", None)
+            if write is not None and getattr(write, "started", False) and write is not _PENDING_WRITE[0]:
+                _PENDING_WRITE[0] = write
+
+    def on_step_end(self, step, log_data, driver):
+        write, _PENDING_WRITE[0] = _PENDING_WRITE[0], None
+        if write is None:
+            return super().on_step_end(step, log_data, driver)
+        start = time.monotonic()
+        done_in_background = write.done
+        try:
+            return super().on_step_end(step, log_data, driver)
+        finally:
+            end = time.monotonic()  # BackgroundWrite's clock
+            BOUND.append(
+                {
+                    "background": done_in_background,
+                    "held": write.done and write.seconds is not None and write.created_at + write.seconds <= end,
+                    "wait": end - start,
+                }
+            )
+
+
+def mp_run(driver, steps, option, directory: Path) -> dict:
+    STAMPS.clear()
+    BOUND.clear()
+    _PENDING_WRITE[0] = None
+    row = timed_run(
+        driver, steps, option, directory.parent, directory=directory, checkpoint=BoundCheckpoint, extra=[StepClock()]
+    )
+    ends = STAMPS[1:] + [MARKS["end"]]
+    row["step_times"] = [b - a for a, b in zip(STAMPS, ends)]
+    row["bound"] = list(BOUND)
+    return row
+
+
+def mp_worker(args) -> int:
+    """One process of the group: every process runs the same sequence."""
+    import faulthandler
+    import itertools
+
+    from jax.experimental import multihost_utils
+
+    rank, processes, _ = MP_WORKER
+    faulthandler.dump_traceback_later(MP_TIMEOUT - 10, exit=True)  # a hang: every thread's stack
+    workdir = Path(args.mp_dir)
+    steps, repeat = args.steps or MP_DEFAULTS[0], args.repeat or MP_DEFAULTS[1]
+    load = args.load if args.load is not None else os.cpu_count()
+
+    def say(text):  # one write per line: the processes share the terminal
+        sys.stdout.write(f"[process {rank}] {text}\n")
+        sys.stdout.flush()
+
+    t0 = time.perf_counter()
+    template = build(MP_MODEL)
+    n_params = template.state.n_parameters
+    template.run(2, show_progress=False)  # compile
+    template._step_count = 0
+    # Every run starts from this state, as in bench_model; through a file:
+    # nkserde.from_state_dict(template, nkserde.state_dict(template)) fails
+    # with several processes (TemplateMismatchError on the chains, a
+    # GlobalArray in the state dict), loading a saved file does not.
+    snapshot = workdir / "template.nks"
+    nkserde.save(template, snapshot)
+    numbers = itertools.count()
+
+    def run(option, n_steps):
+        for attempt in range(2):
+            driver = nkserde.load(template, snapshot)
+            # the same directory on every process, a new one for every run
+            row = mp_run(driver, n_steps, option, workdir / f"ckpt-{next(numbers)}")
+            if driver.step_count == n_steps:
+                return row
+            say(f"the run stopped at step {driver.step_count} of {n_steps}; again")
+        raise SystemExit(f"process {rank}: no run completed its {n_steps} steps")
+
+    run((1, True), 3)  # first checkpoints: one-time costs
+    run(None, 3)
+    say(f"{MP_MODEL}: {n_params:,} parameters; built and warmed up in {time.perf_counter() - t0:.1f} s")
+    phases = {}
+    for phase, n_hogs in (("quiet", 0), (f"load {load}", load)):
+        hogs = start_hogs(n_hogs) if rank == 0 else []
+        try:
+            if hogs:
+                time.sleep(0.5)  # spinning before the first step
+            multihost_utils.sync_global_devices(f"benchmark phase {phase}")
+            runs = {label: [] for label, _ in MP_CONFIGS}
+            for r in range(repeat):
+                for label, option in MP_CONFIGS:
+                    row = run(option, steps)
+                    runs[label].append(row)
+                    say(
+                        f"{phase:7s} repeat {r + 1}/{repeat} {label:14s} loop {row['loop']:7.3f} s  "
+                        f"median step {statistics.median(row['step_times']) * 1e3:6.1f} ms"
+                    )
+            multihost_utils.sync_global_devices(f"benchmark phase {phase} done")
+        finally:
+            stop_hogs(hogs)
+        phases[phase] = {"competing_processes": n_hogs, "runs": runs}
+    out = {"rank": rank, "parameters": n_params, "steps": steps, "repeat": repeat, "phases": phases}
+    (workdir / f"rank-{rank}.json").write_text(json.dumps(out, default=str))
+    say(f"done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+def mp_main(args, parent: Path, env: dict) -> int:
+    """Starts the group (this script, --mp-worker), waits for it (bounded),
+    prints the table of every process's results."""
+    import subprocess
+
+    import nkserde.distributed
+
+    n = args.processes
+    env["processes"] = n
+    env["competing_processes"] = args.load
+    print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="mp-", dir=parent))
+    port = nkserde.distributed.free_local_port()
+    options = ["--load", str(args.load), "--mp-dir", str(workdir)]
+    options += ["--steps", str(args.steps)] if args.steps else []
+    options += ["--repeat", str(args.repeat)] if args.repeat else []
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--mp-worker", f"{r},{n},{port}", *options], env=environ
+        )
+        for r in range(n)
+    ]
+    deadline = time.monotonic() + MP_TIMEOUT
+    try:
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        print(f"\nthe {n} processes did not finish within {MP_TIMEOUT} s: killed", flush=True)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    codes = [p.returncode for p in procs]
+    try:
+        if any(codes):
+            print(f"\nthe group failed: exit codes {codes}; checkpoints kept in {workdir}")
+            return 1
+        results = [json.loads((workdir / f"rank-{r}.json").read_text()) for r in range(n)]
+        shutil.rmtree(workdir)
+    finally:
+        env["loadavg_after"] = os.getloadavg()
+    print(
+        f"\n{n} processes, {MP_MODEL}, {time.perf_counter() - t0:.1f} s in all; load average before "
+        f"{env['loadavg_before'][0]:.2f}, after {env['loadavg_after'][0]:.2f}\n"
+    )
+    print(mp_table(results))
+    default = HERE / "results" / f"checkpoint_overhead-{n}proc-{datetime.date.today().isoformat()}.json"
+    out = Path(args.json) if args.json else default
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps({"environment": env, "command": sys.argv, "processes": n, "results": results}, indent=1, default=str)
+    )
+    print(f"\nresults written to {out}")
+    return 0
+
+
+def mp_table(results) -> str:
+    head = (
+        f"{'load':7s} {'config':14s} {'proc':>4s} {'steps':>9s} {'step ms':>8s} {'ovh':>7s} {'ckpts':>5s} "
+        f"{'lag med/max ms':>14s} {'helped':>7s} {'bg':>7s} {'held':>7s} {'wait ms':>7s}"
+    )
+    lines = [head, "-" * len(head)]
+    for phase in results[0]["phases"]:
+        for label, option in MP_CONFIGS:
+            for res in results:
+                runs = res["phases"][phase]["runs"]
+                rows = runs[label]
+                step = statistics.median(t for r in rows for t in r["step_times"])
+                plain = statistics.median(t for r in runs["plain"] for t in r["step_times"])
+                n_steps = f"{len(rows)}x{res['steps']}"
+                text = f"{phase:7s} {label:14s} {res['rank']:4d} {n_steps:>9s} {step * 1e3:8.2f}"
+                if option is not None:
+                    lags = [lag for r in rows for lag in r["lags"]]
+                    bound = [b for r in rows for b in r["bound"]]
+                    lag = (
+                        f"{statistics.median(x[1] for x in lags) * 1e3:6.1f}/{max(x[1] for x in lags) * 1e3:6.1f}"
+                        if lags
+                        else ""
+                    )
+                    wait = f"{statistics.median(b['wait'] for b in bound) * 1e3:7.2f}" if bound else ""
+                    text += (
+                        f" {(step - plain) / plain * 100:6.1f}% {len(lags):5d} {lag:>14s} "
+                        f"{sum(1 for x in lags if x[0]):>3d}/{len(lags):<3d} "
+                        f"{sum(b['background'] for b in bound):>3d}/{len(bound):<3d} "
+                        f"{sum(b['held'] for b in bound):>3d}/{len(bound):<3d} {wait}"
+                    )
+                lines.append(text)
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -342,12 +638,31 @@ def main(argv=None) -> int:
     p.add_argument(
         "--json", default=None, help="results file (default benchmarks/results/checkpoint_overhead-<date>.json)"
     )
-    p.add_argument("--load", type=int, default=0, help="busy processes to run beside the benchmark (a shared node)")
+    p.add_argument(
+        "--load",
+        type=int,
+        default=None,
+        help="busy processes to run beside the benchmark (a shared node; default none; with --processes, "
+        "the loaded half of the measurement, default one per CPU)",
+    )
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="JAX processes of the run (> 1: the multi-process mode, model rbm-8, see the module docstring)",
+    )
+    p.add_argument("--mp-worker", default=None, help=argparse.SUPPRESS)  # RANK,P,PORT: one process of the group
+    p.add_argument("--mp-dir", default=None, help=argparse.SUPPRESS)
     p.add_argument("--table", default=None, metavar="JSON", help="print the table of an earlier results file and exit")
     args = p.parse_args(argv)
     if args.table:
-        print(table(json.loads(Path(args.table).read_text())["results"]))
+        data = json.loads(Path(args.table).read_text())
+        print(mp_table(data["results"]) if data.get("processes", 1) > 1 else table(data["results"]))
         return 0
+    if args.mp_worker is not None:
+        return mp_worker(args)
+    if args.load is None:
+        args.load = 0 if args.processes == 1 else os.cpu_count()
 
     parent = Path(args.dir) if args.dir else DEFAULT_PARENT if DEFAULT_PARENT.is_dir() else Path(tempfile.gettempdir())
     parent.mkdir(parents=True, exist_ok=True)
@@ -360,11 +675,12 @@ def main(argv=None) -> int:
         "dir": str(parent),
         "loadavg_before": os.getloadavg(),
     }
+    if args.processes > 1:
+        return mp_main(args, parent, env)
     env["competing_processes"] = args.load
     print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
-    import subprocess
 
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
+    hogs = start_hogs(args.load)
     try:
         results = {}
         for name in args.models.split(","):
@@ -373,9 +689,7 @@ def main(argv=None) -> int:
             steps, repeat = DEFAULTS[name]
             results[name] = bench_model(name, args.steps or steps, args.repeat or repeat, parent)
     finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+        stop_hogs(hogs)
     env["loadavg_after"] = os.getloadavg()
     print(
         f"\nfastest of the repeats (times), median (time in hooks); load average before "
