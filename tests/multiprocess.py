@@ -30,6 +30,7 @@ def launch(
     timeout: float = TIMEOUT,
     env: dict | None = None,
     expect_failure: bool = False,
+    worker: Path = WORKER,
 ) -> list[str]:
     """Runs the worker in ``n`` processes; returns their outputs (rank
     order). Raises AssertionError if one fails (or, with
@@ -40,7 +41,7 @@ def launch(
         environ["MP_JAX_CACHE"] = str(jax_cache)
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), str(r), str(n), str(port), *map(str, args)],
+            [sys.executable, str(worker), str(r), str(n), str(port), *map(str, args)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
