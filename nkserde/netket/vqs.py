@@ -1,4 +1,5 @@
-"""Variational states: MCState, MCMixedState, FullSumState.
+"""Variational states: MCState, MCMixedState, FullSumState,
+DeterminantVariationalState.
 
 Schema (docs/schema.md): the model's variables are split into
 ``parameters`` (the flax ``params`` collection: what the optimizer changes)
@@ -21,6 +22,7 @@ import netket as nk
 import numpy as np
 
 from .. import registry
+from ._common import find
 
 
 def _split_variables(variables) -> tuple[dict, dict]:
@@ -221,3 +223,40 @@ registry.transferable(
     ("netket.vqs.MCState", "netket.vqs.FullSumState"),
     fields=("parameters", "model_state", "chunk_size"),
 )
+
+
+# DeterminantVariationalState --------------------------------------------------
+
+# netket.experimental.vqs (NetKet >= 3.21): a Slater determinant (Hartree-Fock)
+# whose expectation values come from its one-body density matrix by Wick's
+# theorem. Its state is the variables of the Slater2nd model it builds from
+# (hilbert, generalized, restricted, param_dtype): configuration, the
+# template's. The cached density matrix is recomputed from the parameters.
+_DETERMINANT_STATE = find("netket.experimental.vqs.DeterminantVariationalState")
+
+
+def _determinant_to_state(vs) -> dict:
+    parameters, model_state = _split_variables(vs.variables)
+    return {"parameters": parameters, "model_state": model_state}
+
+
+def _determinant_from_state(template, f: dict):
+    new = copy.copy(template)
+    new.reset()  # drops the template's cached density matrix
+    new.variables = _join_variables(f["parameters"], f["model_state"])
+    return new
+
+
+if _DETERMINANT_STATE is not None:
+    registry.register(
+        _DETERMINANT_STATE,
+        name="netket.experimental.vqs.DeterminantVariationalState",
+        version=1,
+        to_state=_determinant_to_state,
+        from_state=_determinant_from_state,
+        subclasses=True,
+        fields=("parameters", "model_state"),
+        dtype_from_file=("model_state",),
+        doc="parameters: params pytree (the Slater2nd orbitals); model_state: {collection: pytree} "
+        "(empty for NetKet's Slater2nd); the model, Hilbert space and Hartree-Fock kind are the template's",
+    )
