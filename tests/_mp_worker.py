@@ -395,7 +395,8 @@ def peer_dies(when, file):
         error, missing = f"{type(exc).__name__}: {exc}", getattr(exc, "missing", [])
     elapsed = time.monotonic() - start
     nkserde.verify(file)  # the previous file, intact
-    temps = [p.name for p in file.parent.iterdir() if p.name != file.name]
+    # process 0 removes the temporary file before its save returns; the others may look before that
+    temps = [p.name for p in file.parent.iterdir() if p.name != file.name] if rank == 0 else []
     np.savez(
         workdir / f"rank-{rank}.npz",
         error=np.asarray(error),
