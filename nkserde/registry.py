@@ -364,6 +364,15 @@ def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, tem
     return fields
 
 
+class FieldNotStored(UnregisteredTypeError):
+    """Raised by a ``to_state`` for a field it cannot store and must not drop
+    (the walker adds the path); ``field``: its name."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
 def unregistered(obj, path) -> UnregisteredTypeError:
     cls = type(obj)
     return UnregisteredTypeError(

@@ -177,7 +177,10 @@ def _check_dtype(dtype, path) -> None:
 
 
 def _node(reg: registry.Registration, obj, path) -> dict:
-    fields = reg.to_state(obj)
+    try:
+        fields = reg.to_state(obj)
+    except registry.FieldNotStored as exc:
+        raise UnregisteredTypeError(f"{format_path(path + (exc.field,))}: {exc}") from None
     if reg.fields is not None:
         _check_schema(reg, fields, path)
     out, seen = {TYPE: reg.name, VERSION: reg.version}, {}
