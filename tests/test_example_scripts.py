@@ -36,6 +36,7 @@ KILLS = {
     "j1j2_gcnn": [("run-0", 4), ("run-1", 2)],  # HeisenbergJ1J2: GCNN, ground then excited state
     "infidelity": [("run-0", 4)],  # Infidelity: a target state holding an operator
     "heisenberg1d_symm": [("run-0", 8)],  # Heisenberg1d: VMC_SR, RBMSymm, total_sz=0
+    "state_reconstruction": [("run-0", 6)],  # StateReconstruction: QSR, its batch generator, control variates
 }
 
 
