@@ -37,6 +37,12 @@ KILLS = {
     "infidelity": [("run-0", 4)],  # Infidelity: a target state holding an operator
     "heisenberg1d_symm": [("run-0", 8)],  # Heisenberg1d: VMC_SR, RBMSymm, total_sz=0
     "state_reconstruction": [("run-0", 6)],  # StateReconstruction: QSR, its batch generator, control variates
+    "continuous_ho": [("run-0", 4)],  # Continuous/HO: particles in continuous space, Gaussian, VMC_SR
+    "fermi_hubbard_slater": [("run-0", 4)],  # Fermions: Slater2nd, fermion hops, holomorphic SR
+    "ising1d_rnn": [("run-0", 4)],  # Autoregressive: FastLSTMNet, ARDirectSampler, SR
+    "ising1d_jastrow": [("run-0", 4)],  # Ising1d: Jastrow, VMC_SR, EarlyStopping
+    "full_summation": [("run-0", 6)],  # FullSummation: FullSumState, SR with a diag_shift schedule
+    "nn_frameworks": [("run-0", 4), ("run-1", 4)],  # nn_frameworks: an nnx RBM, then a bound linen RBM
 }
 
 
@@ -125,7 +131,8 @@ def outputs_differ(got: Path, want: Path) -> list[str]:
 @pytest.mark.parametrize("script", sorted(KILLS))
 def test_killed_and_restarted_ends_like_an_uninterrupted_run(script, tmp_path, jax_cache):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-    finish(start(script, reference, jax_cache))
+    # the uninterrupted run goes on beside the first one that is killed (two cores)
+    uninterrupted = start(script, reference, jax_cache)
 
     before = {}
     for run, step in KILLS[script]:
@@ -133,6 +140,7 @@ def test_killed_and_restarted_ends_like_an_uninterrupted_run(script, tmp_path, j
         if before:
             assert_resumed(before, checkpoints(resumed))
         before = checkpoints(resumed)
+    finish(uninterrupted)
     if script == "heisenberg1d_symm":
         # two jobs that a walltime Timeout stops after one step each: each
         # resumes where the previous one stopped and goes one step further
