@@ -295,3 +295,30 @@ def test_the_fallback_stores_what_netket_serializes_and_leaves_configuration(tmp
     nkserde.save(stepper, tmp_path / "s.nks")
     loaded = nkserde.load(_Stepper(None), tmp_path / "s.nks")
     np.testing.assert_array_equal(loaded.weights, stepper.weights)
+
+
+def coverage_table() -> str:
+    """The markdown table of docs/schema.md, "Coverage": every public class of
+    the installed NetKet and how nkserde handles it."""
+    rows = []
+    for cls, names in sorted(public_classes().items(), key=lambda item: item[1][0]):
+        reg = registry.lookup(cls)
+        if cls.__name__ in LISTED:
+            how = LISTED[cls.__name__]
+        elif reg is None:
+            how = "**not handled**"
+        elif reg.name == SAMPLER_RULE:
+            how = "rule `netket.sampler`: configuration, fingerprinted; its state is the sampler state's registration"
+        else:
+            how = f"`{reg.name}`"
+        built = " (saved, loaded, continued)" if cls.__name__ in _builders() else ""
+        rows.append(f"| `{names[0]}` | {how}{built} |")
+    return "\n".join([f"| class (NetKet {nk.__version__}) | how nkserde stores it |", "|---|---|", *rows])
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent / "fixtures")]
+    print(coverage_table())
