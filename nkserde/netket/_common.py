@@ -5,6 +5,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib
+import random
+
+import jax
+import numpy as np
 
 from netket.utils.struct import Pytree
 
@@ -109,3 +113,48 @@ def pytree_fields(cls) -> tuple[str, ...]:
     serializable."""
     skip = set(cls._pytree__noserialize_fields) | {"_pytree__node_fields"}
     return tuple(f for f in cls._pytree__fields if f not in skip)
+
+
+# Run state is what a later step depends on and the run changes: a random
+# generator or key. A field the fallback does not store (NetKet marks it
+# not serializable, or not a pytree node) holding one would make a resumed
+# run draw other numbers, silently; such a field needs a registration.
+# Everything else NetKet leaves out (arrays included) is configuration or a
+# cache a step recomputes (SR's last matrix, a solver's info); see
+# docs/schema.md, "The fallback".
+_KEY_NAMES = ("rng", "key", "seed")
+
+
+def _run_state(name: str, value) -> str | None:
+    """What kind of run state ``value`` (of field ``name``) is, or None."""
+    if isinstance(value, (np.random.Generator, np.random.RandomState, np.random.BitGenerator, random.Random)):
+        return f"a {type(value).__name__} (random numbers the run draws)"
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        return "a JAX random key"
+    if (
+        isinstance(value, (np.ndarray, jax.Array))
+        and np.dtype(dtype) == np.uint32
+        and any(word in name.lower() for word in _KEY_NAMES)
+    ):
+        return "a JAX random key (a uint32 array)"
+    return None
+
+
+def refusing_to_drop_run_state(cls, stored: tuple, dropped: tuple):
+    """``to_state`` of a rule-made registration storing the attributes
+    ``stored``: raises FieldNotStored if one of ``dropped`` holds run state."""
+
+    def to_state(obj):
+        for name in dropped:
+            kind = _run_state(name, getattr(obj, name, None))
+            if kind is not None:
+                raise registry.FieldNotStored(
+                    name,
+                    f"{cls.__module__}.{cls.__qualname__}.{name} holds {kind}, which NetKet does not serialize "
+                    "and nkserde has no registration for: a resumed run would not continue exactly. Register "
+                    "the class (nkserde.register, docs/schema.md) to store it",
+                )
+        return {f: getattr(obj, f) for f in stored}
+
+    return to_state

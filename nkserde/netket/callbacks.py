@@ -22,7 +22,7 @@ import netket as nk
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import attributes, find, module_path, pytree_fields
+from ._common import find, module_path, pytree_fields, refusing_to_drop_run_state
 
 _CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22
 
@@ -147,6 +147,7 @@ def _callback_rule(cls):
     ):
         return None
     fields, state = pytree_fields(cls), _state_fields(cls)
+    dropped = tuple(f for f in cls._pytree__fields if f not in fields and f != "_pytree__node_fields")
 
     def from_state(template, restored):
         return template.replace(**{f: restored[f] for f in state})
@@ -155,7 +156,7 @@ def _callback_rule(cls):
     return registry.Registration(
         name,
         1,
-        attributes(fields),
+        refusing_to_drop_run_state(cls, fields, dropped),
         from_state,
         aliases=(module_path(cls),),
         doc="callback: the fields its class marks serializable; on load the "
