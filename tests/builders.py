@@ -179,7 +179,9 @@ def infidelity(target="mc", **kw):
         tgt = mc_state(seed=5, sampler_seed=7)
     else:
         tgt = nk.vqs.FullSumState(hilbert, nk.models.RBM(alpha=1, param_dtype=float), seed=3)
-    return nk.driver.Infidelity_SR(tgt, optax.sgd(1e-2), variational_state=mc_state(), diag_shift=0.1, **kw)
+    # NetKet 3.21 has it in netket.experimental.driver
+    cls = getattr(nk.driver, "Infidelity_SR", None) or nkx.driver.Infidelity_SR
+    return cls(tgt, optax.sgd(1e-2), variational_state=mc_state(), diag_shift=0.1, **kw)
 
 
 def steady_state(n_sites=3, preconditioner=None):
