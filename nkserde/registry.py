@@ -154,14 +154,29 @@ def loading(template, restored: dict):
         _LOADING.reset(token)
 
 
-_BY_TYPE: dict[type, Registration] = {}
-_BY_NAME: dict[str, Registration] = {}
-_SUBCLASS_TYPES: list[type] = []  # registered with subclasses=True, newest first
-_RULES: list[Callable[[type], Registration | None]] = []
-_ALIASES: dict[str, str] = {}  # an older name -> the registration's name
-_MIGRATIONS: dict[tuple[str, int], Callable[[dict, MigrationContext], dict]] = {}
+@dataclasses.dataclass
+class _Tables:
+    """Everything the registry knows, in one object, so that a snapshot
+    cannot miss a part (``rule_cache`` is derived: emptied on restore)."""
+
+    by_type: dict[type, Registration] = dataclasses.field(default_factory=dict)
+    by_name: dict[str, Registration] = dataclasses.field(default_factory=dict)
+    subclass_types: list[type] = dataclasses.field(default_factory=list)  # subclasses=True, newest first
+    rules: list[Callable[[type], Registration | None]] = dataclasses.field(default_factory=list)
+    aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # an older name -> the registration's name
+    migrations: dict[tuple[str, int], Callable[[dict, MigrationContext], dict]] = dataclasses.field(
+        default_factory=dict
+    )
+    transfers: dict[str, tuple[str, frozenset]] = dataclasses.field(default_factory=dict)  # name -> (family, fields)
+    rule_cache: dict[type, Any] = dataclasses.field(default_factory=dict)
+
+    def copy(self) -> _Tables:
+        parts = {f.name: type(v)(v) for f in dataclasses.fields(self) for v in [getattr(self, f.name)]}
+        return _Tables(**{**parts, "rule_cache": {}})
+
+
+_TABLES = _Tables()
 _NOT_REGISTERED = object()
-_RULE_CACHE: dict[type, Any] = {}
 
 
 def register(
@@ -191,13 +206,13 @@ def register(
         raise ValueError(f"invalid registration name {name!r}")
     if not isinstance(version, int) or version < 1:
         raise ValueError(f"schema version must be an int >= 1, got {version!r}")
-    if cls in _BY_TYPE and not override:
+    if cls in _TABLES.by_type and not override:
         raise ValueError(
             f"{cls.__module__}.{cls.__qualname__} is already registered as "
-            f"{_BY_TYPE[cls].name!r}; pass override=True to replace it"
+            f"{_TABLES.by_type[cls].name!r}; pass override=True to replace it"
         )
-    other = _BY_NAME.get(name)
-    owner = next((t for t, r in _BY_TYPE.items() if r is other), None)
+    other = _TABLES.by_name.get(name)
+    owner = next((t for t, r in _TABLES.by_type.items() if r is other), None)
     if other is not None and owner is not None and owner is not cls:
         raise ValueError(f"name {name!r} is already registered for {owner.__qualname__}")
     reg = Registration(
@@ -213,33 +228,30 @@ def register(
         tuple(aliases),
         from_fields,
     )
-    _BY_TYPE[cls] = reg
+    _TABLES.by_type[cls] = reg
     _add_name(reg)
-    if subclasses and cls not in _SUBCLASS_TYPES:
-        _SUBCLASS_TYPES.insert(0, cls)
-    _RULE_CACHE.clear()
+    if subclasses and cls not in _TABLES.subclass_types:
+        _TABLES.subclass_types.insert(0, cls)
+    _TABLES.rule_cache.clear()
     return reg
 
 
 def add_rule(rule: Callable[[type], Registration | None]) -> None:
     """Adds a rule consulted for types without an exact registration."""
-    _RULES.append(rule)
-    _RULE_CACHE.clear()
+    _TABLES.rules.append(rule)
+    _TABLES.rule_cache.clear()
 
 
 def _add_name(reg: Registration) -> None:
-    _BY_NAME[reg.name] = reg
+    _TABLES.by_name[reg.name] = reg
     for alias in reg.aliases:
-        _ALIASES.setdefault(alias, reg.name)
+        _TABLES.aliases.setdefault(alias, reg.name)
 
 
 def add_builtin(reg: Registration) -> None:
     """Makes a registration that is not tied to one Python type (e.g. JAX's
     typed PRNG keys) known by name."""
     _add_name(reg)
-
-
-_TRANSFERS: dict[str, tuple[str, frozenset]] = {}  # name -> (family, fields it shares)
 
 
 def transferable(family: str, names, fields) -> None:
@@ -250,13 +262,13 @@ def transferable(family: str, names, fields) -> None:
     another takes those fields from the file and keeps the template's
     others, naming each in its report."""
     for name in names:
-        _TRANSFERS[name] = (family, frozenset(fields))
+        _TABLES.transfers[name] = (family, frozenset(fields))
 
 
 def transfer_fields(stored: str, wanted: str) -> frozenset | None:
     """The fields a load of a stored ``stored`` into a ``wanted`` takes,
     or None if the two are not kinds of one family."""
-    a, b = _TRANSFERS.get(stored), _TRANSFERS.get(wanted)
+    a, b = _TABLES.transfers.get(stored), _TABLES.transfers.get(wanted)
     if a is None or b is None or a[0] != b[0]:
         return None
     return a[1] & b[1]
@@ -270,13 +282,13 @@ def migration(name: str, from_version: int, *, override: bool = False):
     second migration for the same step is refused unless ``override=True``."""
 
     def decorate(fn):
-        if (name, from_version) in _MIGRATIONS and not override:
+        if (name, from_version) in _TABLES.migrations and not override:
             raise ValueError(
                 f"a migration of {name} from version {from_version} is already "
                 f"registered; pass override=True to replace it"
             )
         takes_context = len(inspect.signature(fn).parameters) >= 2
-        _MIGRATIONS[(name, from_version)] = fn if takes_context else (lambda f, _c: fn(f))
+        _TABLES.migrations[(name, from_version)] = fn if takes_context else (lambda f, _c: fn(f))
         return fn
 
     return decorate
@@ -284,62 +296,59 @@ def migration(name: str, from_version: int, *, override: bool = False):
 
 def migrations() -> dict[tuple[str, int], Callable]:
     """Every registered migration, by (name, from_version)."""
-    return dict(_MIGRATIONS)
+    return dict(_TABLES.migrations)
 
 
 def lookup(cls: type) -> Registration | None:
     """The registration for instances of ``cls``, or None."""
-    reg = _BY_TYPE.get(cls)
+    reg = _TABLES.by_type.get(cls)
     if reg is not None:
         return reg
-    cached = _RULE_CACHE.get(cls, None)
+    cached = _TABLES.rule_cache.get(cls, None)
     if cached is not None:
         return None if cached is _NOT_REGISTERED else cached
-    for base in _SUBCLASS_TYPES:
+    for base in _TABLES.subclass_types:
         if issubclass(cls, base):
-            reg = _BY_TYPE[base]
+            reg = _TABLES.by_type[base]
             break
     else:
-        for rule in _RULES:
+        for rule in _TABLES.rules:
             reg = rule(cls)
             if reg is not None:
-                if reg.name not in _BY_NAME:
+                if reg.name not in _TABLES.by_name:
                     _add_name(reg)
                 break
-    _RULE_CACHE[cls] = _NOT_REGISTERED if reg is None else reg
+    _TABLES.rule_cache[cls] = _NOT_REGISTERED if reg is None else reg
     return reg
 
 
 def lookup_name(name: str) -> Registration | None:
-    return _BY_NAME.get(resolve(name))
+    return _TABLES.by_name.get(resolve(name))
 
 
 def resolve(name: str) -> str:
     """The current name of a name found in a file (an alias, or itself)."""
-    return name if name in _BY_NAME else _ALIASES.get(name, name)
+    return name if name in _TABLES.by_name else _TABLES.aliases.get(name, name)
 
 
 def known_name(name: str) -> bool:
-    return resolve(name) in _BY_NAME
+    return resolve(name) in _TABLES.by_name
 
 
-def snapshot() -> tuple:
+def snapshot() -> _Tables:
     """The registry's current content, for :func:`restore` (tests that
     register types put the registry back as it was)."""
-    return (dict(_BY_TYPE), dict(_BY_NAME), list(_SUBCLASS_TYPES), list(_RULES), dict(_ALIASES), dict(_MIGRATIONS))
+    return _TABLES.copy()
 
 
-def restore(saved: tuple) -> None:
+def restore(saved: _Tables) -> None:
     """Puts back what :func:`snapshot` returned."""
-    for live, old in zip((_BY_TYPE, _BY_NAME, _SUBCLASS_TYPES, _RULES, _ALIASES, _MIGRATIONS), saved):
-        live.clear()
-        live.update(old) if isinstance(live, dict) else live.extend(old)
-    _RULE_CACHE.clear()
+    vars(_TABLES).update(vars(saved.copy()))
 
 
 def registrations() -> dict[str, Registration]:
     """Every named registration known so far (rules add theirs lazily)."""
-    return dict(_BY_NAME)
+    return dict(_TABLES.by_name)
 
 
 def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, template=None) -> dict:
@@ -352,7 +361,7 @@ def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, tem
             f"newer than version {current} known to this nkserde; upgrade nkserde"
         )
     while version < current:
-        step = _MIGRATIONS.get((name, version))
+        step = _TABLES.migrations.get((name, version))
         if step is None:
             raise UnsupportedVersionError(
                 f"{format_path(path)}: {name} schema version {version} in the file, "

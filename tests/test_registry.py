@@ -176,6 +176,26 @@ def test_schema_doc_lists_every_registered_netket_type():
     from pathlib import Path
 
     doc = (Path(__file__).parent.parent / "docs" / "schema.md").read_text()
-    names = {r.name for r in registry._BY_TYPE.values()}
+    names = {r.name for r in registry.snapshot().by_type.values()}
     missing = sorted(n for n in names if f"`{n}`" not in doc and not n.startswith("tests."))
     assert not missing, f"undocumented registrations: {missing}"
+
+
+def test_a_snapshot_restores_every_table_of_the_registry():
+    """Registrations, rules, aliases, migrations and transfer families are
+    all put back (one object holds them all)."""
+    saved = registry.snapshot()
+    _register_walker()
+    registry.add_rule(lambda cls: None)
+    registry.transferable("walkers", ["tests.Walker"], ["position"])
+
+    @registry.migration("tests.Walker", 1)
+    def _upgrade(fields):
+        return fields
+
+    assert registry.lookup(Walker) is not None and registry.transfer_fields("tests.Walker", "tests.Walker")
+    registry.restore(saved)
+    assert registry.lookup(Walker) is None
+    assert registry.transfer_fields("tests.Walker", "tests.Walker") is None
+    assert ("tests.Walker", 1) not in registry.migrations()
+    assert registry.snapshot().rules == saved.rules
