@@ -20,7 +20,7 @@ import pytest
 
 import nkserde
 
-import scenarios  # tests/fixtures (conftest.py)
+import scenarios  # tests/fixtures (pyproject's pythonpath)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

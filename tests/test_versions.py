@@ -17,7 +17,7 @@ from nkserde import registry
 from nkserde.errors import MigrationError, NkserdeError, UnsupportedVersionError
 from nkserde.parts import ProcessValues
 
-import scenarios  # tests/fixtures (conftest.py)
+import scenarios  # tests/fixtures (pyproject's pythonpath)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
