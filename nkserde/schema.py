@@ -73,8 +73,9 @@ def differences(history: dict, now: dict | None = None) -> list[str]:
 
 
 def updated(history: dict, now: dict | None = None) -> dict:
-    """``history`` with the versions of ``now`` it lacks added; refuses to
-    change a recorded version (that would be a silent schema change)."""
+    """``history`` with the versions of ``now`` it lacks added. Raises
+    ValueError rather than change a recorded version (that would be a
+    silent schema change)."""
     now = current() if now is None else now
     out = {
         "format_versions": sorted(set(history.get("format_versions", [])) | {now["format_version"]}),
@@ -85,7 +86,7 @@ def updated(history: dict, now: dict | None = None) -> dict:
         recorded = versions.get(str(entry["version"]))
         body = {"fields": entry["fields"], "optional": entry["optional"]}
         if recorded is not None and recorded != body:
-            raise SystemExit(
+            raise ValueError(
                 f"{name} version {entry['version']} is recorded with other fields: "
                 f"bump its version instead of changing a recorded one"
             )
@@ -106,8 +107,13 @@ def main(argv=None) -> int:
                 history = json.load(f)
         except FileNotFoundError:
             history = {}
+        try:
+            new = updated(history)
+        except ValueError as exc:
+            print(f"nkserde.schema: {exc}", file=sys.stderr)
+            return 1
         with open(argv[1], "w") as f:
-            json.dump(updated(history), f, indent=1)
+            json.dump(new, f, indent=1)
             f.write("\n")
         return 0
     import nkserde  # noqa: F401
