@@ -44,3 +44,33 @@ def test_checkpoint_keep_every_0_keeps_no_extra_steps(tmp_path):
 
     # keep_every=0 has always meant "no multiples kept besides the newest"
     assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0)._retention == Retention(keep=2)
+
+
+def test_retention_waits_for_the_newest_checkpoint_to_verify(tmp_path, monkeypatch):
+    """The property test_a_failed_newest_retires_nothing_older names, on a
+    run: the checkpoint of step 3 fails its verification, so with keep=1
+    the checkpoint of step 2 stays on disk (the run goes on,
+    on_write_error="warn"), while step 1 was retired once step 2 verified."""
+    import warnings
+
+    import builders
+
+    import nkserde
+    from nkserde import api
+    from nkserde.errors import CorruptFileError
+
+    verify_steps = api.verify_steps
+
+    def failing_for_step_3(path):
+        if path.name == "step-0000000003.nks":
+            raise CorruptFileError(f"{path}: damaged (injected)")
+        return (yield from verify_steps(path))
+
+    monkeypatch.setattr(api, "verify_steps", failing_for_step_3)
+    driver = nkserde.checkpointed(builders.vmc(), tmp_path, every=1, keep=1, async_save=False, on_write_error="warn")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        driver.run(3, out=(), show_progress=False)
+    assert any("damaged (injected)" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    left = sorted(p.name for p in (tmp_path / "run-0").glob("step-*.nks"))
+    assert "step-0000000002.nks" in left and "step-0000000001.nks" not in left, left
