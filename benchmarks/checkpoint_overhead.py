@@ -64,7 +64,9 @@ on this machine (real processes: this script, started P times with a hidden
 ``--mp-worker``, each calling ``jax.distributed.initialize`` over gloo on
 127.0.0.1 before importing NetKet). Model ``rbm-8`` only. The processes
 run, in step, an untimed warm-up, then ``--repeat`` (default 3) alternating
-repeats of ``plain`` and ``every=1 async`` (``--steps``, default 30, each),
+repeats of ``plain``, ``no save due`` (a Checkpoint with ``every=10**6``:
+the per-step cost of coordination alone) and ``every=1 async``
+(``--steps``, default 30, each),
 first with no competing process ("quiet"), then with ``--load`` busy processes (default: one
 per CPU) started by process 0 beside the group. Per process, load and
 configuration:
@@ -389,7 +391,9 @@ def stop_hogs(hogs):
 
 MP_MODEL = "rbm-8"
 MP_DEFAULTS = (30, 3)  # steps per run, repeats
-MP_CONFIGS = [("plain", None), ("every=1 async", (1, True))]
+# "no save due": a checkpointed run whose steps save nothing, what the
+# coordination costs per step (the stop flag's read)
+MP_CONFIGS = [("plain", None), ("no save due", (10**6, True)), ("every=1 async", (1, True))]
 MP_TIMEOUT = 150  # seconds for the whole group
 STAMPS: list = []  # perf_counter at every step's start
 BOUND: list = []  # per background write: how it ended relative to its step

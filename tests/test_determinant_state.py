@@ -86,7 +86,6 @@ def assert_same_bits(a, b):
     "kind, optimizer",
     [
         ("restricted", "adam"),
-        ("unrestricted", "adam"),
         ("generalized", "adam"),
         ("complex", "adam"),
         ("unrestricted", "sgd"),
