@@ -177,6 +177,17 @@ class Group:
         errors ("writing blocks"). ``timeout``: seconds to wait for the
         others (default: the group's)."""
         timeout = self.timeout if timeout is None else timeout
+        try:
+            return self._round(message, decide, what, timeout)
+        except (NkserdeError, _DecideFailed) as exc:
+            raise exc.error if isinstance(exc, _DecideFailed) else exc from None
+        except Exception as exc:  # the store's own failure: process 0, which serves it, may be gone
+            raise DistributedSaveError(
+                f"the coordination service failed while {what} (process 0 serves it: did it die?): "
+                f"{type(exc).__name__}: {str(exc)[:500]}"
+            ) from exc
+
+    def _round(self, message, decide, what, timeout):
         number = self._next_round()
         key = f"nkserde/{self.name}/{number}"
         self.store.set(f"{key}/in/{self.rank:07d}", bytes(message))
@@ -205,7 +216,7 @@ class Group:
         except Exception as exc:
             failure = f"{type(exc).__name__}\n{_error_text(exc)}"
             self.store.set(f"{key}/out", _FAILED + failure.encode()[:8000])
-            raise
+            raise _DecideFailed(exc) from None
         self.store.set(f"{key}/out", _OK + answer)
         return answer
 
@@ -221,6 +232,14 @@ class Group:
             "stuck; the checkpoints on disk are intact",
             missing=missing,
         )
+
+
+class _DecideFailed(Exception):
+    """Carries the exception ``decide`` raised past the store's error handling."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
 
 
 # an error process 0 decided is raised as the same type on the others

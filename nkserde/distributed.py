@@ -148,16 +148,17 @@ def coordination_name(purpose: str, path) -> str:
     return f"{purpose}:{hashlib.sha1(str(path).encode()).hexdigest()[:16]}"
 
 
-def on_process_0(name: str, decide, failed: str):
+def on_process_0(name: str, decide, failed: str, what: str = "process 0's decision"):
     """``decide()`` run on process 0 only; its result (JSON-able) on every
     process, in one round (about 3P requests at the coordinator). If it
     raises there, the others raise DistributedSaveError(``failed``: the
-    error). ``name``: a :func:`coordination_name`. One process: just
+    error). ``name``: a :func:`coordination_name`. ``what``: the point
+    where all processes meet, for a PeerLostError. One process: just
     ``decide()``."""
     if jax.process_count() == 1:
         return decide()
     try:
-        answer = group(name).round(b"", lambda _: json.dumps(decide()).encode(), what=failed)
+        answer = group(name).round(b"", lambda _: json.dumps(decide()).encode(), what=what)
     except DistributedSaveError as exc:
         if jax.process_index() == 0 or type(exc) is not DistributedSaveError:
             raise

@@ -210,3 +210,16 @@ def test_a_failure_on_one_simulated_process_is_raised_on_all(tmp_path):
         if rank != 9:
             assert kind == "DistributedSaveError" and "process 9 while encoding the state" in text, (rank, text)
     assert not path.exists()
+
+
+def test_a_failing_coordination_service_is_an_nkserde_error():
+    """The store itself failing (JAX's service answers UNAVAILABLE when
+    process 0, which serves it, is gone) is a DistributedSaveError naming
+    the step, not the service's own exception."""
+
+    class Gone:
+        def set(self, key, value):
+            raise RuntimeError("UNAVAILABLE: failed to connect to all addresses")
+
+    with pytest.raises(DistributedSaveError, match="coordination service failed while writing blocks.*UNAVAILABLE"):
+        Group(Gone(), 1, 2, "gone", timeout=1).round(b"", None, what="writing blocks")

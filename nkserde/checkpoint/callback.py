@@ -430,6 +430,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             coordination_name("checkpoint:decisions", self.directory),
             decide,
             f"{self.directory}: process 0 could not start the run",
+            what=f"the start of the run in {self.directory}",
         )
         if chosen is None:
             if self.init_from is not None:
