@@ -456,7 +456,7 @@ def contents(path) -> tuple[dict, list[dict]]:
             else:
                 entries.append({"kind": "value", "path": name, "value": _jsonable(payload), **owner})
     except (ValueError, RecursionError) as exc:
-        raise CorruptFileError(f"{path}: header tree is malformed: {exc}") from None
+        raise fileformat.malformed_tree(path, exc) from None
     return _info(header), entries
 
 

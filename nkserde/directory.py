@@ -25,6 +25,7 @@ from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
 
 STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
 RUN_DIRECTORY = re.compile(r"^run-(\d+)$")
+FINGERPRINT_FILE = "fingerprint.json"  # what defines the run of a Checkpoint directory
 
 
 def step_path(directory: Path, step: int) -> Path:
@@ -105,7 +106,7 @@ def checkpoint_directories(directory: Path) -> list[tuple[int | None, Path]]:
     holds checkpoints or a fingerprint, else its ``run-<i>`` subdirectories
     (``checkpointed(...)``), as (i, path)."""
     directory = Path(directory)
-    if steps(directory) or (directory / "fingerprint.json").is_file():
+    if steps(directory) or (directory / FINGERPRINT_FILE).is_file():
         return [(None, directory)]
     return [(int(RUN_DIRECTORY.match(p.name).group(1)), p) for p in runs(directory)]
 
@@ -124,7 +125,7 @@ def fingerprint_of(directory: Path) -> dict | None:
     """``fingerprint.json`` of a Checkpoint directory and a short digest of
     it: ``{"digest": 12 hex digits, "fields": {...}}``; None if absent,
     ``{"digest": None, "error": ...}`` if unreadable."""
-    path = Path(directory) / "fingerprint.json"
+    path = Path(directory) / FINGERPRINT_FILE
     if not path.is_file():
         return None
     try:

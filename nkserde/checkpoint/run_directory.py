@@ -23,7 +23,7 @@ from ..format.atomic import atomic_write
 from .lock import DirectoryLock
 from .retention import Retention
 
-FINGERPRINT_FILE = "fingerprint.json"
+FINGERPRINT_FILE = naming.FINGERPRINT_FILE
 
 
 class RunDirectory:

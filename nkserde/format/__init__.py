@@ -20,10 +20,21 @@ A reader reads the fixed-size trailer, then the header, then the arrays.
 """
 
 from .layout import FORMAT_VERSION, MAGIC
-from .reader import LazyArray, LazyFile, materialize, read_arrays, read_file, read_header, read_index, verify_steps
+from .reader import (
+    LazyArray,
+    LazyFile,
+    malformed_tree,
+    materialize,
+    read_arrays,
+    read_file,
+    read_header,
+    read_index,
+    verify_steps,
+)
 from .writer import drain, write_file, write_file_steps
 
 __all__ = [
+    "malformed_tree",
     "FORMAT_VERSION",
     "LazyArray",
     "LazyFile",

@@ -53,6 +53,19 @@ def _corrupt(path, what) -> CorruptFileError:
     return CorruptFileError(f"{path}: {what}")
 
 
+def malformed_tree(path, exc: Exception) -> CorruptFileError:
+    """The error of a header tree that does not decode (a reference to no
+    array, a marker of the wrong shape, nesting too deep)."""
+    return _corrupt(path, f"header tree is malformed: {exc}")
+
+
+def _decode_tree(encoded, arrays, path):
+    try:
+        return tree_codec.decode(encoded, arrays, set())
+    except (ValueError, RecursionError) as exc:
+        raise malformed_tree(path, exc) from None
+
+
 def _read_exact(f, n: int, path, what: str) -> bytes:
     data = f.read(n)
     if len(data) != n:
@@ -304,11 +317,7 @@ def read_file(path) -> tuple[dict, object]:
             _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
             for i, (entry, blocks) in enumerate(zip(header["arrays"], checked))
         ]
-    try:
-        tree = tree_codec.decode(header["tree"], arrays, set())
-    except (ValueError, RecursionError) as exc:
-        raise _corrupt(path, f"header tree is malformed: {exc}") from None
-    return header, tree
+    return header, _decode_tree(header["tree"], arrays, path)
 
 
 class LazyFile:
@@ -335,10 +344,7 @@ class LazyFile:
                 LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
                 for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))
             ]
-            try:
-                self.tree = tree_codec.decode(self.header["tree"], self.arrays, set())
-            except (ValueError, RecursionError) as exc:
-                raise _corrupt(self.path, f"header tree is malformed: {exc}") from None
+            self.tree = _decode_tree(self.header["tree"], self.arrays, self.path)
         except BaseException:
             self._file.close()
             raise
@@ -503,12 +509,9 @@ def verify_steps(path):
                     raise _corrupt(
                         path, f"array {i} ({block['dtype']}{list(block['shape'])}): payload checksum mismatch"
                     )
-    try:
-        # the tree's references, against placeholders of the arrays' shapes
-        shapes = [np.broadcast_to(np.zeros((), np.uint8), tuple(e["shape"])) for e in header["arrays"]]
-        tree_codec.decode(header["tree"], shapes, set())
-    except (ValueError, RecursionError) as exc:
-        raise _corrupt(path, f"header tree is malformed: {exc}") from None
+    # the tree's references, against placeholders of the arrays' shapes
+    shapes = [np.broadcast_to(np.zeros((), np.uint8), tuple(e["shape"])) for e in header["arrays"]]
+    _decode_tree(header["tree"], shapes, path)
     return header
 
 
