@@ -22,7 +22,7 @@ import netket as nk
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import find, module_path, pytree_fields, refusing_to_drop_run_state
+from ._common import find, module_path, pytree_fields, refusing_to_drop_run_state, register_attributes
 
 _CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22
 
@@ -35,21 +35,13 @@ def _nkserde_01_name(cls, module: str) -> str:
 
 def _register_state(cls, fields: dict, *, module: str, version=1, optional=(), doc=""):
     """A NetKet callback stored as ``fields`` (nkserde name -> attribute)."""
-
-    def to_state(obj):
-        return {k: getattr(obj, a) for k, a in fields.items() if k not in optional or hasattr(obj, a)}
-
-    def from_state(template, restored):
-        return template.replace(**{fields[k]: v for k, v in restored.items()})
-
-    registry.register(
+    register_attributes(
         cls,
-        name=f"netket.callbacks.{cls.__name__}",
+        f"netket.callbacks.{cls.__name__}",
+        fields,
         version=version,
-        to_state=to_state,
-        from_state=from_state,
-        fields=tuple(fields),
-        optional_fields=optional,
+        optional=optional,
+        immutable=True,
         aliases=(_nkserde_01_name(cls, module),),
         doc=doc,
     )

@@ -16,7 +16,7 @@ import netket as nk
 import netket.experimental as nkx
 
 from .. import registry
-from ._common import find, register_attributes as _register_attributes
+from ._common import find, register_attributes
 
 
 def _without_cached_samples(vs):
@@ -41,12 +41,12 @@ def _as_next_step_sees_them(fields: dict) -> dict:
     return {k: _without_cached_samples(v) if k in _STATES else v for k, v in fields.items()}
 
 
-def register_attributes(cls, name, fields, **kwargs):
+def _register_driver(cls, name, fields, **kwargs):
     # optax states can change dtype during a run (inject_hyperparams with
     # parameters of mixed dtypes): a fresh template cannot know the new one.
     # The momentum buffer is an attribute of every driver only from NetKet 3.22.
     optional = ("momentum",) * ("momentum" in fields) + kwargs.pop("optional", ())
-    return _register_attributes(
+    return register_attributes(
         cls,
         name,
         fields,
@@ -63,7 +63,7 @@ _COMMON = {
 }
 _OPTIMIZATION = dict(_COMMON, optimizer_state="_optimizer_state", momentum="_old_updates")
 
-register_attributes(
+_register_driver(
     nk.driver.VMC,
     "netket.driver.VMC",
     dict(_OPTIMIZATION, preconditioner="_preconditioner"),
@@ -72,7 +72,7 @@ register_attributes(
     "preconditioner: SR warm start (or the identity preconditioner)",
 )
 
-register_attributes(
+_register_driver(
     nk.driver.SteadyState,
     "netket.driver.SteadyState",
     dict(_OPTIMIZATION, preconditioner="_preconditioner"),
@@ -80,7 +80,7 @@ register_attributes(
     doc="as VMC, for the Lindbladian steady state (state: MCMixedState)",
 )
 
-register_attributes(
+_register_driver(
     nk.driver.VMC_SR,
     "netket.driver.VMC_SR",
     dict(_OPTIMIZATION, loss_statistics="_loss_stats_online"),
@@ -95,7 +95,7 @@ register_attributes(
 _INFIDELITY = dict(_OPTIMIZATION, target_state="target_state")
 
 
-register_attributes(
+_register_driver(
     # public in netket.driver from NetKet 3.22, experimental before
     find("netket.driver.Infidelity_SR", "netket.experimental.driver.Infidelity_SR"),
     "netket.driver.Infidelity_SR",
@@ -119,7 +119,7 @@ _QSR_FIELDS = dict(
     control_variate_parameters="_control_variate_params",
 )
 if _QSR is not None:
-    register_attributes(
+    _register_driver(
         _QSR,
         "netket.experimental.QSR",
         _QSR_FIELDS,
@@ -182,7 +182,7 @@ def _rebind_integrator(template, new):
     return new
 
 
-register_attributes(
+_register_driver(
     nkx.TDVP,
     "netket.experimental.TDVP",
     _DYNAMICS,
@@ -194,7 +194,7 @@ register_attributes(
     "loss_stats: netket.stats.Stats of the generator at the last step, or None",
 )
 
-register_attributes(
+_register_driver(
     nkx.driver.TDVPSchmitt,
     "netket.experimental.TDVPSchmitt",
     _DYNAMICS,
