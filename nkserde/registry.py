@@ -89,6 +89,7 @@ class Registration:
     version: int
     to_state: ToState
     from_state: FromState
+    _: dataclasses.KW_ONLY  # the rest by name: eleven in a row read as noise
     doc: str = ""
     free_fields: frozenset = frozenset()
     dtype_from_file: frozenset = frozenset()
@@ -220,13 +221,13 @@ def register(
         version,
         to_state,
         from_state,
-        doc,
-        frozenset(free_fields),
-        frozenset(dtype_from_file),
-        None if fields is None else tuple(fields),
-        frozenset(optional_fields),
-        tuple(aliases),
-        from_fields,
+        doc=doc,
+        free_fields=frozenset(free_fields),
+        dtype_from_file=frozenset(dtype_from_file),
+        fields=None if fields is None else tuple(fields),
+        optional_fields=frozenset(optional_fields),
+        aliases=tuple(aliases),
+        from_fields=from_fields,
     )
     _TABLES.by_type[cls] = reg
     _add_name(reg)
