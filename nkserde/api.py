@@ -206,7 +206,7 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         state = state["driver"]
     log = partial.LoadReport(file=str(path), at=partial.format_path(where) if where else "", strict=strict)
     try:
-        obj = tree.restore(template, state, where, report=log)
+        obj = tree.rebuild(template, state, where, report=log)
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
     except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError

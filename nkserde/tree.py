@@ -214,7 +214,7 @@ def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
     )
 
 
-def restore(template, state, path=(), *, report=None) -> Any:
+def rebuild(template, state, path=(), *, report=None) -> Any:
     """:func:`from_state_dict`, counting the values restored in ``report``
     (a partial.LoadReport). With a non-strict report the load is lenient: an entry missing in ``state``, or whose shape,
     dtype or type differs, keeps the template's value and an entry of
