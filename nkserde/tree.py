@@ -232,6 +232,16 @@ def _lenient() -> bool:
     return report is not None and not report.strict
 
 
+def _differs(path, state, template, why: str | None = None, error: Exception | None = None, *, both=False):
+    """Where the file's value does not fit the template: the template's
+    value, kept and named in the report, when the load is lenient; else
+    raises ``error`` (default: a TemplateMismatchError naming both)."""
+    if _lenient():
+        why = why or (f"file has {_describe(state)}" + (f", template has {_describe(template)}" if both else ""))
+        return _kept(path, "differs", template, why)
+    raise error if error is not None else mismatch(path, state, template)
+
+
 def _kept(path, kind, template, why=""):
     """In a non-strict load, ``template`` kept at ``path`` (reported)."""
     _REPORT.get().add(path, kind, why)
@@ -277,9 +287,7 @@ def from_state_dict(template, state, path=()) -> Any:
         return _restore_node(reg, template, state, path)
     if isinstance(template, Mapping):
         if not isinstance(state, dict) or TYPE in state:
-            if _lenient():
-                return _kept(path, "differs", template, f"file has {_describe(state)}")
-            raise mismatch(path, state, template)
+            return _differs(path, state, template)
         keys = {_key(k, path): k for k in template}
         _check_keys(path, state, keys, template)
         restored = {
@@ -289,11 +297,7 @@ def from_state_dict(template, state, path=()) -> Any:
         return restored if type(template) is dict else type(template)(restored)
     if type(template) in (list, tuple):
         if not isinstance(state, list) or len(state) != len(template):
-            if _lenient():
-                return _kept(
-                    path, "differs", template, f"file has {_describe(state)}, template has {_describe(template)}"
-                )
-            raise mismatch(path, state, template)
+            return _differs(path, state, template, both=True)
         out = [from_state_dict(t, s, path + (i,)) for i, (t, s) in enumerate(zip(template, state))]
         return out if type(template) is list else tuple(out)
     raise registry.unregistered(template, path)
@@ -335,9 +339,8 @@ def _restore_node(reg: registry.Registration, template, state, path):
                 if shared is not None
                 else ""
             )
-            if _lenient():
-                return _kept(path, "differs", template, f"file has {name}, template has {reg.name}")
-            raise TemplateMismatchError(f"{format_path(path)}: file has {name}, template has {reg.name}{hint}")
+            why = f"file has {name}, template has {reg.name}"
+            return _differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
     fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
@@ -451,24 +454,16 @@ def _restore_array(template, state, path):
         if isinstance(state, _SCALARS) and np.ndim(template) == 0:
             state = np.asarray(state)  # a Python number where an array scalar is expected
             if state.dtype.kind != np.asarray(template).dtype.kind:
-                if _lenient():
-                    return _kept(path, "differs", template, f"file has {_describe(state)}")
-                raise mismatch(path, state, template)
+                return _differs(path, state, template)
             state = state.astype(template.dtype)
         else:
-            if _lenient():
-                return _kept(
-                    path, "differs", template, f"file has {_describe(state)}, template has {_describe(template)}"
-                )
-            raise mismatch(path, state, template)
+            return _differs(path, state, template, both=True)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
     if state.shape == t_shape and _DTYPE_FROM_FILE.get() and _precision_only(state.dtype, t_dtype):
         t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
-        if _lenient():
-            return _kept(path, "differs", template, f"file has {_describe(state)}, template has {_describe(template)}")
-        raise mismatch(path, state, template)
+        return _differs(path, state, template, both=True)
     _count()
     if state.dtype != t_dtype:
         state = materialize(state).astype(t_dtype)
@@ -552,9 +547,7 @@ def _restore_scalar(template, state, path):
             return type(template)(state)  # keeps IntFlag, str subclasses...
         except (TypeError, ValueError):
             return t_kind(state)
-    if _lenient():
-        return _kept(path, "differs", template, f"file has {_describe(state)}")
-    raise mismatch(path, state, template)
+    return _differs(path, state, template)
 
 
 def _untemplated(state, path, to_jax=True):
