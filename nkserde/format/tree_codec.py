@@ -40,8 +40,7 @@ def encode(
     rank: int = 0,
     n_processes: int = 1,
     deferred: list | None = None,
-    _path=(),
-    _stacked=False,
+    path=(),
 ):
     """Returns the msgpack-safe tree; appends every array (numpy array or
     GlobalArray) to ``arrays`` in tree order and its path to ``paths``.
@@ -51,73 +50,70 @@ def encode(
     With several processes, a ``Primary`` value becomes ``{"@primary": None}``
     and, on process 0, is appended to ``deferred``: :func:`encode_deferred`
     then fills it in, numbering its arrays after all the others, so that
-    the arrays every process has get the same numbers everywhere."""
+    the arrays every process has get the same numbers everywhere. ``path``:
+    where ``tree`` sits (for errors and ``paths``)."""
+    return _Encoder(arrays, paths, rank, n_processes, deferred).node(tree, tuple(path), stacked=False)
 
-    def enc(v, key, stacked=_stacked):
-        return encode(
-            v,
-            arrays,
-            paths,
-            rank=rank,
-            n_processes=n_processes,
-            _path=_path + (key,),
-            _stacked=stacked,
-            deferred=deferred,
-        )
 
-    if isinstance(tree, Primary):
-        if n_processes == 1 or deferred is None:
-            return encode(
-                tree.value,
-                arrays,
-                paths,
-                rank=rank,
-                n_processes=n_processes,
-                _path=_path,
-                _stacked=_stacked,
-                deferred=deferred,
-            )
-        node = {PRIMARY: None}
-        if rank == 0:
-            deferred.append((node, tree.value, _path))
-        return node
+class _Encoder:
+    """One pass of :func:`encode`: where arrays and their paths go, and this
+    process's place among the others."""
 
-    if isinstance(tree, dict):
-        for k in tree:
-            _check_text(k, _path, "dict key")
-        return {k: enc(v, k) for k, v in tree.items()}
-    if isinstance(tree, (list, tuple)):
-        return [enc(v, i) for i, v in enumerate(tree)]
-    if isinstance(tree, ProcessValues):
-        return _encode_process_values(tree, arrays, paths, _path)
-    if isinstance(tree, PerProcess):
-        inner = encode(
-            tree.value, arrays, paths, rank=rank, n_processes=n_processes, _path=_path, _stacked=True, deferred=deferred
-        )
-        return inner if _stacked else {PER_PROCESS: [inner]}  # nested: already per process
-    if isinstance(tree, (np.ndarray, GlobalArray)):
-        if _stacked:
-            if isinstance(tree, GlobalArray):
-                raise TypeError(f"{_path}: a per-process value cannot hold an array spread over processes")
-            row = tree[np.newaxis]
-            if n_processes > 1:
-                row = GlobalArray((n_processes, *tree.shape), tree.dtype, (((rank,) + (0,) * tree.ndim, row),))
-            arrays.append(row)
+    def __init__(self, arrays: list, paths: list | None, rank: int, n_processes: int, deferred: list | None):
+        self.arrays, self.paths, self.deferred = arrays, paths, deferred
+        self.rank, self.n_processes = rank, n_processes
+
+    def node(self, tree, path: tuple, stacked: bool):
+        """``stacked``: inside a per-process value (its arrays become rows)."""
+        if isinstance(tree, Primary):
+            if self.n_processes == 1 or self.deferred is None:
+                return self.node(tree.value, path, stacked)
+            node = {PRIMARY: None}
+            if self.rank == 0:
+                self.deferred.append((node, tree.value, path))
+            return node
+        if isinstance(tree, dict):
+            for k in tree:
+                _check_text(k, path, "dict key")
+            return {k: self.node(v, path + (k,), stacked) for k, v in tree.items()}
+        if isinstance(tree, (list, tuple)):
+            return [self.node(v, path + (i,), stacked) for i, v in enumerate(tree)]
+        if isinstance(tree, ProcessValues):
+            return _encode_process_values(tree, self.arrays, self.paths, path)
+        if isinstance(tree, PerProcess):
+            inner = self.node(tree.value, path, stacked=True)
+            return inner if stacked else {PER_PROCESS: [inner]}  # nested: already per process
+        if isinstance(tree, (np.ndarray, GlobalArray)):
+            return self.array(tree, path, stacked)
+        return _scalar(tree, path)
+
+    def array(self, array, path: tuple, stacked: bool) -> dict:
+        if stacked:
+            if isinstance(array, GlobalArray):
+                raise TypeError(f"{path}: a per-process value cannot hold an array spread over processes")
+            row = array[np.newaxis]
+            if self.n_processes > 1:
+                start = (self.rank,) + (0,) * array.ndim
+                row = GlobalArray((self.n_processes, *array.shape), array.dtype, ((start, row),))
+            self.arrays.append(row)
         else:
-            arrays.append(tree)
-        if paths is not None:
-            paths.append(_path)
-        return {STACKED if _stacked else ARRAY: len(arrays) - 1}
-    if isinstance(tree, str):
-        _check_text(tree, _path, "string")
-        return tree
-    if isinstance(tree, bool) or tree is None or isinstance(tree, (bytes, float)):
-        return tree
-    if isinstance(tree, int):
-        return tree if _INT_MIN <= tree <= _UINT_MAX else {BIGINT: str(tree)}
-    if isinstance(tree, complex):
-        return {COMPLEX: [tree.real, tree.imag]}
-    raise UnregisteredTypeError(f"{format_path(_path)}: cannot store a value of type {type(tree).__name__}")
+            self.arrays.append(array)
+        if self.paths is not None:
+            self.paths.append(path)
+        return {STACKED if stacked else ARRAY: len(self.arrays) - 1}
+
+
+def _scalar(value, path):
+    if isinstance(value, str):
+        _check_text(value, path, "string")
+        return value
+    if isinstance(value, bool) or value is None or isinstance(value, (bytes, float)):
+        return value
+    if isinstance(value, int):
+        return value if _INT_MIN <= value <= _UINT_MAX else {BIGINT: str(value)}
+    if isinstance(value, complex):
+        return {COMPLEX: [value.real, value.imag]}
+    raise UnregisteredTypeError(f"{format_path(path)}: cannot store a value of type {type(value).__name__}")
 
 
 def _check_text(value, path, what: str) -> None:
@@ -140,7 +136,7 @@ def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> di
     encoded = []  # (subtree, its arrays) of each process
     for value in tree.values:
         rows: list = []
-        encoded.append((encode(value, rows, _path=path), rows))
+        encoded.append((encode(value, rows, path=path), rows))
     if any(len(rows) != len(encoded[0][1]) for _, rows in encoded):
         raise UnregisteredTypeError(f"{format_path(path)}: per-process values of different structures")
     first = len(arrays)
@@ -169,7 +165,7 @@ def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> 
     process 0), appending their arrays; a value nested in one is encoded in
     its place."""
     for node, value, where in deferred:
-        node[PRIMARY] = encode(value, arrays, paths, _path=where)
+        node[PRIMARY] = encode(value, arrays, paths, path=where)
 
 
 def _same_structure(a, b) -> bool:
