@@ -12,7 +12,7 @@ from pathlib import Path
 
 import jax
 
-from . import directory, partial, tree
+from . import checkpoint_file, directory, partial, tree
 from . import format as fileformat
 from .errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError, format_path
 from .format.tree_codec import outline as tree_codec_outline
@@ -199,11 +199,11 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
     where = ()
     if at is not None and partial.split(at):
         at_parts = partial.split(at)
-        if _is_checkpoint(state) and at_parts[0] not in state:
-            at_parts = ("driver",) + at_parts  # a Checkpoint's file: paths inside its driver
+        if checkpoint_file.is_checkpoint(state) and at_parts[0] not in state:
+            at_parts = (checkpoint_file.DRIVER,) + at_parts  # a Checkpoint's file: paths inside its driver
         state, where = partial.select(state, at_parts, path)
-    elif _is_checkpoint(state) and not _is_checkpoint_template(template):
-        state = state["driver"]
+    elif checkpoint_file.is_checkpoint(state) and not checkpoint_file.is_checkpoint_template(template):
+        state = state[checkpoint_file.DRIVER]
     log = partial.LoadReport(file=str(path), at=partial.format_path(where) if where else "", strict=strict)
     try:
         obj = tree.rebuild(template, state, where, report=log)
@@ -232,14 +232,6 @@ def _netket_file(path: Path) -> bool:
     if head == fileformat.MAGIC:
         return False
     return netket_files.kind(path) is not None
-
-
-def _is_checkpoint(state) -> bool:
-    return isinstance(state, dict) and TYPE not in state and {"driver", "completed_steps"} <= set(state)
-
-
-def _is_checkpoint_template(template) -> bool:
-    return isinstance(template, dict) and "driver" in template and "completed_steps" in template
 
 
 class OpenFile:
@@ -280,8 +272,8 @@ class OpenFile:
     def _at(self, path):
         state = self._lazy.tree
         parts = partial.split(path)
-        if _is_checkpoint(state) and parts and parts[0] not in state:
-            parts = ("driver",) + parts
+        if checkpoint_file.is_checkpoint(state) and parts and parts[0] not in state:
+            parts = (checkpoint_file.DRIVER,) + parts
         return partial.select(state, parts, self.path)[0]
 
     def __contains__(self, path) -> bool:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, directory
+from . import api, checkpoint_file, directory
 from .errors import format_path
 from .file_migration import current_state_dict
 from .parts import ProcessValues
@@ -112,9 +112,9 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
         file, state = _read(path, kept)
         sides[name] = (file, state, kept)
     (fa, sa, ka), (fb, sb, kb) = sides["a"], sides["b"]
-    if api._is_checkpoint(sa) != api._is_checkpoint(sb):  # a checkpoint against a driver file
-        sa = sa["driver"] if api._is_checkpoint(sa) else sa
-        sb = sb["driver"] if api._is_checkpoint(sb) else sb
+    if checkpoint_file.is_checkpoint(sa) != checkpoint_file.is_checkpoint(sb):  # a checkpoint against a driver file
+        sa = sa[checkpoint_file.DRIVER] if checkpoint_file.is_checkpoint(sa) else sa
+        sb = sb[checkpoint_file.DRIVER] if checkpoint_file.is_checkpoint(sb) else sb
     flat_a, flat_b = flatten(sa), flatten(sb)
     result = {
         "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept(k) for k in ka]},

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import checkpoint_file
 from . import format as fileformat
 from .format import bounded, limits
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
@@ -95,8 +96,7 @@ def newest_verified(directory: Path) -> Path:
 # Listing ----------------------------------------------------------------------
 #
 # What `nkserde ls` shows. A checkpoint file holds the payload of
-# nkserde.checkpoint: {"driver", "completed_steps", "stopped", "target",
-# "loggers", "callbacks"}; the loggers' "history" follows the schema of
+# nkserde.checkpoint_file; the loggers' "history" follows the schema of
 # nkserde/netket/loggers.py. Only the header and the few arrays shown are
 # read here (verifying a checkpoint streams it whole, keeping nothing).
 
@@ -195,9 +195,9 @@ def summary(path: Path) -> dict:
 def _summary(path: Path, header: dict) -> dict:
     tree, meta = header["tree"], header["meta"]
     tree = tree if isinstance(tree, dict) else {}
-    driver = tree.get("driver") if isinstance(tree.get("driver"), dict) else tree
+    driver = tree.get(checkpoint_file.DRIVER) if isinstance(tree.get(checkpoint_file.DRIVER), dict) else tree
     integrator = driver.get("integrator") if isinstance(driver.get("integrator"), dict) else {}
-    series = _loss_series(tree.get("loggers"))
+    series = _loss_series(tree.get(checkpoint_file.LOGGERS))
     wanted = [
         i
         for i in (
@@ -221,15 +221,15 @@ def _summary(path: Path, header: dict) -> dict:
                 "error": float(np.real(sigma.reshape(-1)[-1])) if sigma is not None and sigma.size else None,
                 "at": float(iters.reshape(-1)[-1]),
             }
-    completed = tree.get("completed_steps")
+    completed = tree.get(checkpoint_file.COMPLETED_STEPS)
     return {
         "created": meta.get("created"),
         "process_count": meta.get("process_count"),
         "driver": driver.get("@type") if isinstance(driver.get("@type"), str) else meta.get("root_type"),
         "completed_steps": completed if isinstance(completed, int) and not isinstance(completed, bool) else None,
         "time": _number(integrator.get("t"), arrays),
-        "stopped": tree.get("stopped") if isinstance(tree.get("stopped"), bool) else None,
-        "target": _number(tree.get("target"), arrays),
+        "stopped": tree.get(checkpoint_file.STOPPED) if isinstance(tree.get(checkpoint_file.STOPPED), bool) else None,
+        "target": _number(tree.get(checkpoint_file.TARGET), arrays),
         "loss": loss,
     }
 

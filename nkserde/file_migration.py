@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, registry, tree
+from . import api, checkpoint_file, registry, tree
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
 from .parts import ProcessValues
@@ -45,10 +45,14 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
         raise NkserdeError(f"{src}: migrate would overwrite the original; pass overwrite=True")
     header, state = fileformat.read_file(src)
     old_meta = header.get("meta", {})
-    if template is not None and api._is_checkpoint(state) and not api._is_checkpoint_template(template):
+    if (
+        template is not None
+        and checkpoint_file.is_checkpoint(state)
+        and not checkpoint_file.is_checkpoint_template(template)
+    ):
         # a Checkpoint file: the driver through the template, the rest as stored
         driver = tree.to_state_dict(api.load(template, src))
-        state = {**state, "driver": driver}
+        state = {**state, checkpoint_file.DRIVER: driver}
     elif template is not None:  # load names the file in its errors
         state = tree.to_state_dict(api.load(template, src))
     try:

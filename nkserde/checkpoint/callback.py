@@ -42,7 +42,7 @@ import jax
 import netket as nk
 from netket.utils import struct
 
-from .. import api, fingerprint as run_fingerprint, registry
+from .. import api, checkpoint_file, fingerprint as run_fingerprint, registry
 from .._log import say
 from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError
@@ -400,18 +400,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     # ----------------------------------------------------------------- resume
 
     def _payload(self, driver, run: _Run, completed: int, stopped: bool = False) -> dict:
-        return {
-            "driver": driver,
-            "completed_steps": completed,
-            "stopped": stopped,
+        return checkpoint_file.payload(
+            driver,
+            completed,
+            stopped,
             # the end the run was going to (a final stop is continued by a
             # rerun that asks for more)
-            "target": run_loop.target(driver),
+            run_loop.target(driver),
             # process 0's record: loggers write there only, timers start
             # at slightly different times on each process
-            "loggers": primary(_keyed(run.loggers)),
-            "callbacks": primary(_keyed(run.callbacks)),
-        }
+            loggers=primary(_keyed(run.loggers)),
+            callbacks=primary(_keyed(run.callbacks)),
+        )
 
     def _start(self, driver, run: _Run) -> bool:
         """Decides on process 0 what to resume (lock, fingerprint, newest
@@ -443,7 +443,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         except NkserdeError as exc:
             raise type(exc)(f"{path}: {exc}") from None
         self.resumed_from = driver.step_count
-        nothing_to_do = bool(state.get("stopped")) and not run_loop.asks_for_more(driver, state.get("target"))
+        nothing_to_do = bool(state.get(checkpoint_file.STOPPED)) and not run_loop.asks_for_more(
+            driver, state.get(checkpoint_file.TARGET)
+        )
         if nothing_to_do:
             say(
                 f"{self.directory}: the run already stopped for good at step {driver.step_count} "
@@ -481,10 +483,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def _restore(self, driver, run: _Run, state):
         # Everything is rebuilt (and any mismatch raised) before anything
         # live is touched.
-        new = api.from_state_dict(driver, state["driver"])
-        completed = api.from_state_dict(0, state["completed_steps"])
+        new = api.from_state_dict(driver, state[checkpoint_file.DRIVER])
+        completed = api.from_state_dict(0, state[checkpoint_file.COMPLETED_STEPS])
         restored = []
-        for kind, live in (("loggers", run.loggers), ("callbacks", run.callbacks)):
+        for kind, live in ((checkpoint_file.LOGGERS, run.loggers), (checkpoint_file.CALLBACKS, run.callbacks)):
             stored = state[kind]
             for key, obj in _keyed(live).items():
                 if key in stored:
@@ -535,7 +537,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         """The steps of writing one checkpoint (see background.BackgroundWrite)."""
         # every process together; one write in flight, so one key sequence for the directory
         sequence = coordination_name("checkpoint:save", self.directory)
-        yield from api.save_state_dict_steps(state, path, root_type="checkpoint", sequence=sequence)
+        yield from api.save_state_dict_steps(state, path, root_type=checkpoint_file.ROOT_TYPE, sequence=sequence)
         if jax.process_index() == 0:  # directory upkeep is process 0's
             yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
             self._files.retire(self._retention, completed)
@@ -592,7 +594,7 @@ def _state_path(source: Path) -> str | None:
     except (NkserdeError, OSError):
         return None  # not an nkserde file (NetKet's own), or unreadable: load says which
     reg = registry.lookup_name(root)
-    return "state" if root == "checkpoint" or (reg is not None and "state" in (reg.fields or ())) else None
+    return "state" if root == checkpoint_file.ROOT_TYPE or (reg is not None and "state" in (reg.fields or ())) else None
 
 
 def _assign(live, restored, skip=()):
