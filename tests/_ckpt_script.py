@@ -22,9 +22,10 @@ It prints, one line each, flushed:
     interrupted <signal name|None>   (the Checkpoint's ``interrupted``)
 
 Environment:
-    CKPT_STEP_DELAY=<s>          sleep s seconds after each "step" line, so
-                                 that a signal sent on reading it arrives
-                                 between two steps.
+    CKPT_STEP_HOLD=<k>:<file>    after the "step k" line, wait (in on_step_end)
+                                 until <file> exists: a signal sent on
+                                 reading the line arrives in that step's
+                                 end, however loaded the machine.
     CKPT_SLOW_WRITE=<k>:<s>      the write of checkpoint k stops for s seconds
                                  after its data, before the fsync and rename
                                  that publish it (its temporary file exists).
@@ -101,7 +102,14 @@ class Printer(nk.callbacks.AbstractCallback):
     def on_step_end(self, step, log_data, driver):
         # NetKet increments step_count after on_step_end
         say(f"step {driver.step_count + 1}")
-        time.sleep(float(os.environ.get("CKPT_STEP_DELAY", "0")))
+        hold = os.environ.get("CKPT_STEP_HOLD")
+        if hold and int(hold.split(":")[0]) == driver.step_count + 1:
+            # a handshake, not a time window: the test signals this process
+            # while it waits here, then creates the file that releases it
+            release = Path(hold.split(":", 1)[1])
+            deadline = time.monotonic() + 300
+            while not release.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
 
 
 def slow_down_a_write():

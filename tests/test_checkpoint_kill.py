@@ -40,7 +40,6 @@ from builders import json_differences
 SCRIPT = Path(__file__).with_name("_ckpt_script.py")
 TIMEOUT = 120  # seconds a process may live
 STEPS = 8  # every driver's run: 8 steps (TDVP: 0.08 at dt=0.01)
-STEP_DELAY = "0.5"  # seconds each interrupted run sleeps after a "step" line
 # How each driver's interrupted runs checkpoint: both ways of turning it on,
 # synchronous and background writes.
 OPTIONS = {
@@ -277,9 +276,9 @@ def test_sigkill_at_a_random_step(driver, runner, reference, tmp_path):
     checkpoint yet, and the rerun starts over."""
     ref = reference(driver)
     k = random.Random(f"SIGKILL {driver}").randint(2, STEPS - 2)  # 3, 3, 2
-    first = runner.start(driver, tmp_path, *OPTIONS[driver], env={"CKPT_STEP_DELAY": STEP_DELAY})
+    first = runner.start(driver, tmp_path, *OPTIONS[driver], env={"CKPT_STEP_HOLD": f"{k}:{tmp_path / 'release'}"})
     first.wait_for(r"resumed_from None params \w+")
-    first.wait_for(f"step {k}")
+    first.wait_for(f"step {k}")  # printed in on_step_end, which then waits for the release file
     first.send(signal.SIGKILL)
     assert first.finish() == -signal.SIGKILL
     saved = saved_steps(tmp_path)
@@ -325,16 +324,18 @@ def test_sigkill_while_a_checkpoint_is_written(sync, runner, reference, tmp_path
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_sigterm_checkpoints_and_stops_cleanly(driver, runner, reference, tmp_path):
     """SIGTERM (what SLURM sends before it kills a job), sent while the
-    script sleeps after step k: the run stops cleanly at the next step
+    script waits in the end of step k: the run stops cleanly at the next step
     boundary with a checkpoint of every step it completed (step k, or k + 1
     if it lets the step under way finish; off the every=2 schedule or not),
     and the script goes on and exits 0. The rerun starts from exactly the
     parameters the stopped run ended with."""
     ref = reference(driver)
     k = random.Random(f"sigterm {driver}").randint(2, STEPS - 2)  # 4, 6, 6
-    first = runner.start(driver, tmp_path, *OPTIONS[driver], env={"CKPT_STEP_DELAY": STEP_DELAY})
-    first.wait_for(f"step {k}")
+    release = tmp_path / "release"
+    first = runner.start(driver, tmp_path, *OPTIONS[driver], env={"CKPT_STEP_HOLD": f"{k}:{release}"})
+    first.wait_for(f"step {k}")  # printed in on_step_end, which then waits for the release file
     first.send(signal.SIGTERM)
+    release.touch()  # the signal is pending in the child before it can see the file
     assert first.finish() == 0, first.output
     assert first.find("Stopping early because of : +received .*SIGTERM.*"), first.output
     assert first.find("interrupted SIGTERM"), first.output
@@ -361,9 +362,13 @@ def test_sigint_while_a_step_ends(runner, reference, tmp_path):
     ref = reference("vmc")
     k = 3
     options = ["--mode", "checkpointed", "--every", "4", "--sync"]
-    first = runner.start("vmc", tmp_path, *options, env={"CKPT_STEP_DELAY": STEP_DELAY})
-    first.wait_for(f"step {k}")  # printed in on_step_end, which then sleeps
+    release = tmp_path / "release"
+    first = runner.start("vmc", tmp_path, *options, env={"CKPT_STEP_HOLD": f"{k}:{release}"})
+    first.wait_for(f"step {k}")  # printed in on_step_end, which then waits for the release file
     first.send(signal.SIGINT)
+    # kill() returns with the signal pending in the child: its handler runs
+    # before the waiting loop can see the release file
+    release.touch()
     assert first.finish() != 0
     assert "KeyboardInterrupt" in first.output, first.output
     saved = saved_steps(tmp_path)
