@@ -423,12 +423,11 @@ class _TogetherWrite:
                     start = [int(s) for s in start]
                     if self.rank == 0:  # streamed later, like a one-process save
                         self.own_blocks.append((i, tuple(start), block))
+                        blocks.append([i, start, list(block.shape)])
                     else:
                         codec, payload, digest = _prepare_block(_bytes_of(block))
                         self.own_blocks.append((i, tuple(start), codec, payload, digest))
                         blocks.append([i, start, list(block.shape), len(payload), codec, digest])
-                    if self.rank == 0:
-                        blocks.append([i, start, list(block.shape)])
                 described.append({"dtype": _dtype(array, where), "shape": list(array.shape)})
             else:  # replicated: written by 0, checked everywhere
                 digest = checksum(_bytes_of(array))
@@ -563,19 +562,13 @@ class _TogetherWrite:
             os.close(fd)
 
     def _write_region0(self):
-        placed = {}  # (rank, array, start) -> index entry of another process's block
+        others: dict[int, list] = {}  # array -> index entries of the other processes' blocks, in process order
         for r, m in enumerate(self.messages[1:], 1):
             for (i, start, shape, stored, codec, digest), offset in zip(m["blocks"], self.offsets[r]):
-                placed[(r, i, tuple(start))] = {"offset": offset, "stored": stored, "codec": codec, "checksum": digest}
+                entry = {"start": start, "shape": shape, "offset": offset, "stored": stored, "codec": codec}
+                others.setdefault(i, []).append({**entry, "checksum": digest})
         self.index, self.end = yield from _write_region0_steps(
-            self.file,
-            self.region0,
-            self.arrays,
-            self.messages,
-            placed,
-            self.own_blocks,
-            self.replicated_checksums,
-            self.common,
+            self.file, self.region0, self.arrays, others, self.own_blocks, self.replicated_checksums, self.common
         )
 
     def _publish(self, messages: list[dict]) -> dict:
@@ -631,12 +624,12 @@ class _TogetherWrite:
             raise
 
 
-def _write_region0_steps(f, region0, arrays, messages, placed, own_blocks, checksums, common):
+def _write_region0_steps(f, region0, arrays, others, own_blocks, checksums, common):
     """Process 0 streams its blocks, the replicated arrays and its own
     records (the arrays from ``common`` on) from ``region0`` on and builds
-    the index of every array: a spread array's blocks in process order.
-    ``placed``: (rank, array, start) -> the entry of another process's
-    block. Returns (index, end)."""
+    the index of every array: a spread array's blocks in process order
+    (process 0's, then ``others[i]``: the index entries of the other
+    processes' blocks of array i). Returns (index, end)."""
     index = []
     position = region0
     f.seek(region0)
@@ -654,9 +647,6 @@ def _write_region0_steps(f, region0, arrays, messages, placed, own_blocks, check
         for start, block in mine.get(i, ()):
             entry, position = yield from _stream_array_steps(f, block, position)
             blocks.append({"start": list(start), "shape": list(block.shape), **entry})
-        for r, m in enumerate(messages[1:], 1):
-            for j, start, shape, *_ in m["blocks"]:
-                if j == i:
-                    blocks.append({"start": start, "shape": shape, **placed[(r, i, tuple(start))]})
+        blocks += others.get(i, [])
         index.append({"dtype": _dtype(array), "shape": list(array.shape), "blocks": blocks})
     return index, position
