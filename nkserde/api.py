@@ -446,13 +446,13 @@ def contents(path) -> tuple[dict, list[dict]]:
                     }
                 )
             else:
-                entries.append({"kind": "value", "path": name, "value": _jsonable(payload), **owner})
+                entries.append({"kind": "value", "path": name, "value": jsonable(payload), **owner})
     except (ValueError, RecursionError) as exc:
         raise fileformat.malformed_tree(path, exc) from None
     return _info(header), entries
 
 
-def _jsonable(value):
+def jsonable(value):
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, complex):
@@ -460,7 +460,7 @@ def _jsonable(value):
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
     if isinstance(value, list):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     return value

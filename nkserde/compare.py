@@ -145,7 +145,7 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
         elif _is_array(a) or _is_array(b):
             result["changed_layout"].append({"path": p, "a": _layout(a), "b": _layout(b)})
         elif not _scalar_equal(a, b) and not _close_scalars(a, b, atol, rtol):
-            result["changed_scalars"].append({"path": p, "a": api._jsonable(a), "b": api._jsonable(b)})
+            result["changed_scalars"].append({"path": p, "a": api.jsonable(a), "b": api.jsonable(b)})
     result["same"] = not any(
         result[k] for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values", "changed_scalars")
     )

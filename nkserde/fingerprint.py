@@ -48,6 +48,8 @@ import jax
 import netket as nk
 import numpy as np
 
+from .netket import internals
+
 
 VERSION = 2  # of the fingerprint's keys and texts; fingerprints of other versions are not compared
 
@@ -56,40 +58,7 @@ _MAX_DEPTH = 10
 _MAX_STATES = 4096  # enumerate smaller spaces completely
 _SAMPLED_STATES = 64
 
-# Driver attributes that are state or bookkeeping of a run, not settings.
-# Everything else a driver holds is described (its operator, optimizer,
-# preconditioner, integrator under their own keys).
-_DRIVER_STATE = {
-    "_variational_state",
-    "_optimizer_state",
-    "_step_count",
-    "_loss_stats",
-    "_loss_stats_online",
-    "_old_updates",
-    "_dp",
-    "_dw",
-    "_loss_grad",
-    "_loss_forces",
-    "_last_qgt",
-    "info",
-    "_timer",
-    "_start_step",
-    "_target_step",
-    "_step_attempt",
-    "_t_start",
-    "_t_end",
-    "_tstops",
-    "_stop_time",
-    "_max_dt",
-    "_is_last_step",
-    "_loss_name",
-    "_unravel_params_fn",
-    "_pytree__node_fields",
-    "_chunk_size_bwd",
-    "target_state",
-}
-_OPERATOR_ATTRIBUTES = ("_ham", "_lind", "_generator", "_operator", "operator")
-_SKIPPED_FIELDS = {"parent", "name", "chunk_size", "_chunk_size_bwd"}  # flax bookkeeping; memory
+_SKIPPED_FIELDS = {"parent", "name", *internals.CHUNK_SIZE_FIELDS}  # flax bookkeeping; memory
 
 
 def fingerprint(driver) -> dict[str, str]:
@@ -101,15 +70,15 @@ def fingerprint(driver) -> dict[str, str]:
     if operator is not None:
         fp["operator"] = _operator_text(operator)
     _state(fp, "", driver.state)
-    settings = {k: v for k, v in vars(driver).items() if k not in _DRIVER_STATE and k not in _OPERATOR_ATTRIBUTES}
+    settings = {
+        k: v
+        for k, v in vars(driver).items()
+        if k not in internals.DRIVER_RUN_STATE and k not in internals.DRIVER_OPERATOR_ATTRIBUTES
+    }
     for name, value in sorted(settings.items()):
-        if name == "_integrator":
-            _flatten(
-                fp,
-                "integrator",
-                {"solver": value._solver, "parameters": value._parameters, "adaptive": value.use_adaptive},
-            )
-        elif name == "_preconditioner":
+        if name == internals.DRIVER_INTEGRATOR_ATTRIBUTE:
+            _flatten(fp, "integrator", internals.integrator_settings(value))
+        elif name == internals.DRIVER_PRECONDITIONER_ATTRIBUTE:
             _flatten(fp, "preconditioner", value, skip={"x0"})  # x0: the warm start, state
         else:
             _flatten(fp, name.lstrip("_"), value)
@@ -145,7 +114,7 @@ def _kind(obj) -> str:
 
 
 def _operator(driver):
-    for attr in _OPERATOR_ATTRIBUTES:
+    for attr in internals.DRIVER_OPERATOR_ATTRIBUTES:
         op = getattr(driver, attr, None)
         if op is None:
             continue
@@ -251,8 +220,8 @@ def _children(value) -> list[tuple[str, object]]:
     wrapped = getattr(value, "__wrapped__", None) or getattr(value, "fun", None)
     if callable(value) and wrapped is not None and callable(wrapped):  # jit, custom_jvp
         return [("function", wrapped)]
-    fields = getattr(type(value), "_pytree__fields", None)
-    if isinstance(fields, Mapping):  # NetKet Pytree
+    fields = internals.pytree_fields(type(value))
+    if fields is not None:  # NetKet Pytree
         return [(f, getattr(value, f)) for f in fields if hasattr(value, f)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value) if hasattr(value, f.name)]

@@ -38,6 +38,7 @@ import netket as nk
 import numpy as np
 
 from . import tree
+from .netket import internals
 from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
 from .format import bounded, flax_msgpack, limits
 
@@ -203,8 +204,7 @@ def _mc_state(template, state, variables):
                 f"sampler_state: a map expected, the file has {type(state['sampler_state']).__name__}"
             )
         sampler_state = _sampler_state(new, state["sampler_state"])
-        new.sampler_state = sampler_state
-        new._sampler_state_previous = sampler_state
+        internals.set_sampler_state(new, sampler_state)
     return new
 
 
@@ -244,7 +244,7 @@ def _sampler_state(vs, stored):
     new = serialization.from_state_dict(template, restored)
     if getattr(new, "log_prob", None) is not None:
         chains = np.asarray(new.σ)
-        log_psi = jax.jit(vs._apply_fun)(vs.variables, chains.reshape(-1, chains.shape[-1]))
+        log_psi = jax.jit(internals.log_psi_function(vs))(vs.variables, chains.reshape(-1, chains.shape[-1]))
         log_prob = vs.sampler.machine_pow * np.asarray(log_psi).real.reshape(chains.shape[:-1])
         new = new.replace(log_prob=tree.to_device(log_prob.astype(np.asarray(new.log_prob).dtype), new.log_prob))
     return new

@@ -46,7 +46,7 @@ from .. import api, checkpoint_file, fingerprint as run_fingerprint, registry
 from .._log import say
 from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError
-from ..netket import loggers as netket_loggers, run_loop
+from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..parts import primary
 from .choice import choose_checkpoint
@@ -73,8 +73,8 @@ def _keyed(objects) -> dict:
     keyed, seen = {}, {}
     for obj in objects:
         name = type(obj).__name__
-        prefix = getattr(obj, "_prefix", None)
-        if isinstance(prefix, str):
+        prefix = internals.output_prefix(obj)
+        if prefix is not None:
             key = f"{name}:{prefix}"
         else:
             seen[name] = seen.get(name, -1) + 1
@@ -348,7 +348,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 # NetKet's count; count it (the driver the script holds says
                 # so too) and the next run continues with the step after it.
                 run.completed += 1
-                driver._step_count = run.completed
+                internals.set_step_count(driver, run.completed)
             if not final:
                 self.interrupted = self.interrupted or raiser
             if run.last_saved != run.completed or stopped:
@@ -495,8 +495,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                     warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=3)
         # In place: the script's own variational state object gets the numbers.
         _assign(driver.state, new.state)
-        _assign(driver, new, skip=("_variational_state",))
-        driver._step_count = completed
+        _assign(driver, new, skip=(internals.DRIVER_STATE_ATTRIBUTE,))
+        internals.set_step_count(driver, completed)
         for live, new_obj in restored:
             _assign(live, new_obj)
             if jax.process_index() == 0:  # loggers write their files there only

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import netket as nk
 
-from ..netket import run_loop
+from ..netket import internals, run_loop
 
 # Stops that end a run for good: convergence criteria. Any other stop (a
 # signal, Timeout, another callback) is an interruption the next run resumes.
@@ -30,12 +30,7 @@ def classify_stop(stop: BaseException | None, final_stops=FINAL_STOPS) -> tuple[
         return True, None
     if isinstance(stop, (NothingToDo, ReachedTarget)) or run_loop.reached_end(stop):
         return True, None
-    raiser, tb = None, stop.__traceback__
-    while tb is not None:
-        owner = tb.tb_frame.f_locals.get("self")
-        if isinstance(owner, nk.callbacks.AbstractCallback):
-            raiser = owner
-        tb = tb.tb_next
+    raiser = internals.raising_callback(stop)
     if isinstance(raiser, run_loop.REACHED_END):
         return True, None
     if isinstance(raiser, tuple(final_stops)):

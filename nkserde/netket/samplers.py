@@ -19,6 +19,7 @@ from netket.sampler.parallel_tempering import ParallelTemperingSamplerState
 from .. import registry
 from ..errors import TemplateMismatchError, format_path
 from ..parts import Resizable, per_process
+from . import internals
 from ._common import register_attributes
 
 
@@ -120,7 +121,7 @@ def _metropolis_v1(fields, context):
             f"{format_path(context.path + ('chains',))}: file has {found}, the template's sampler needs "
             f"configurations of {n_sites} sites ([n_chains, {n_sites}])"
         )
-    log_psi = jax.jit(template._apply_fun)(variables, chains.reshape(-1, chains.shape[-1]))
+    log_psi = jax.jit(internals.log_psi_function(template))(variables, chains.reshape(-1, chains.shape[-1]))
     log_prob = np.asarray(template.sampler.machine_pow * np.asarray(log_psi).real)
     fields["log_prob"] = log_prob.reshape(chains.shape[:-1])
     return fields

@@ -22,6 +22,7 @@ import netket as nk
 import numpy as np
 
 from .. import registry
+from . import internals
 from ._common import find
 
 
@@ -71,8 +72,7 @@ def _mc_from_state(template: nk.vqs.MCState, f: dict) -> nk.vqs.MCState:
     new = copy.copy(template)
     new.reset()
     new.variables = _join_variables(f["parameters"], f["model_state"])
-    new.sampler_state = _usable_chains(new, template, f["sampler_state"])
-    new._sampler_state_previous = new.sampler_state
+    internals.set_sampler_state(new, _usable_chains(new, template, f["sampler_state"]))
     new._sampler_seed = f["sampler_seed"]
     return new
 
