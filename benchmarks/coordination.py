@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nkserde.coordination import Group, SimulatedStore, StopFlag, simulate  # noqa: E402
 from nkserde.format.writer import write_file_together  # noqa: E402
-from nkserde.parts import GlobalArray, PerProcess  # noqa: E402
+from nkserde.placement import GlobalArray, PerProcess  # noqa: E402
 
 DESCRIPTION_BYTES = 1500  # a small VMC's description in the old protocol (issue 18, measured)
 OLD_ALLGATHERS_PER_SAVE = 5

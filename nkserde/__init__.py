@@ -26,8 +26,8 @@ from . import errors
 from .api import from_state_dict, info, load, load_state_dict, save, save_state_dict, state_dict, verify
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
 from .format.limits import set_load_limits
-from .parts import per_process
-from .partial import LoadReport, PartialLoadWarning
+from .placement import per_process
+from .partial_load import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .registry import migration, register
 from . import netket as _netket_registrations  # noqa: F401,E402

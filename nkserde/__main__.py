@@ -1,4 +1,4 @@
-"""``python -m nkserde``: the ``nkserde`` command line (nkserde/cli.py)."""
+"""``python -m nkserde``: the ``nkserde`` command line (nkserde/cli/)."""
 
 import sys
 

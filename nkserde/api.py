@@ -12,12 +12,12 @@ from pathlib import Path
 
 import jax
 
-from . import checkpoint_file, directory, partial, tree
+from . import checkpoint_file, directory, partial_load, tree
 from . import format as fileformat
 from .errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError, format_path
 from .format.tree_codec import outline as tree_codec_outline
 from .tree import TYPE
-from .parts import PerProcess, Primary
+from .placement import PerProcess, Primary
 
 
 def state_dict(obj) -> object:
@@ -195,16 +195,16 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
 
 def _load_lazy(template, path, lazy, *, at, strict, rename, report):
     header, state = lazy.header, lazy.tree
-    state, _ = partial.apply_renames(state, rename, path)
+    state, _ = partial_load.apply_renames(state, rename, path)
     where = ()
-    if at is not None and partial.split(at):
-        at_parts = partial.split(at)
+    if at is not None and partial_load.split(at):
+        at_parts = partial_load.split(at)
         if checkpoint_file.is_checkpoint(state) and at_parts[0] not in state:
             at_parts = (checkpoint_file.DRIVER,) + at_parts  # a Checkpoint's file: paths inside its driver
-        state, where = partial.select(state, at_parts, path)
+        state, where = partial_load.select(state, at_parts, path)
     elif checkpoint_file.is_checkpoint(state) and not checkpoint_file.is_checkpoint_template(template):
         state = state[checkpoint_file.DRIVER]
-    log = partial.LoadReport(file=str(path), at=partial.format_path(where) if where else "", strict=strict)
+    log = partial_load.LoadReport(file=str(path), at=partial_load.format_path(where) if where else "", strict=strict)
     try:
         obj = tree.rebuild(template, state, where, report=log)
     except UnsupportedVersionError as exc:
@@ -260,9 +260,9 @@ class OpenFile:
         out = []
 
         def walk(node, path):
-            names = partial.children(node)
+            names = partial_load.children(node)
             if not names or isinstance(node, fileformat.LazyArray):
-                out.append(partial.format_path(path))
+                out.append(partial_load.format_path(path))
             for name in names:
                 walk(node[int(name)] if isinstance(node, list) else node[name], path + (name,))
 
@@ -271,10 +271,10 @@ class OpenFile:
 
     def _at(self, path):
         state = self._lazy.tree
-        parts = partial.split(path)
+        parts = partial_load.split(path)
         if checkpoint_file.is_checkpoint(state) and parts and parts[0] not in state:
             parts = (checkpoint_file.DRIVER,) + parts
-        return partial.select(state, parts, self.path)[0]
+        return partial_load.select(state, parts, self.path)[0]
 
     def __contains__(self, path) -> bool:
         try:

@@ -1,32 +1,39 @@
-"""A checkpoint directory on disk: how checkpoints are named, listed and
-found. Knows files only (no NetKet, no registry).
+"""A checkpoint directory on disk: how its files are named and found, its
+run fingerprint file, its lock, moving checkpoints aside and retiring them.
+The one owner of that layout. Knows files only (no NetKet, no registry;
+what is *in* a checkpoint file is nkserde.checkpoint_file's).
 
     ckpt/                      a Checkpoint's directory
       step-0000000015.nks      one checkpoint: 15 completed steps
-      fingerprint.json         what defines the run
-      .lock                    while a run uses the directory
+      fingerprint.json         what defines the run (nkserde.checkpoint.run_fingerprint)
+      .lock                    while a run uses the directory (DirectoryLock)
+      previous-<time>/         checkpoints moved aside by resume="never"
     ckpt/                      a checkpointed(...) directory
       run-0/ run-1/ ...        one Checkpoint directory per run() call
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import datetime
 import json
+import os
 import re
+import socket
+import time
 import warnings
 from pathlib import Path
 
-import numpy as np
-
-from . import checkpoint_file
 from . import format as fileformat
-from .format import bounded, limits
 from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
+from .format import bounded, limits
+from .format.atomic import atomic_write, pid_alive
 
 STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
 RUN_DIRECTORY = re.compile(r"^run-(\d+)$")
 FINGERPRINT_FILE = "fingerprint.json"  # what defines the run of a Checkpoint directory
+LOCK_FILE = ".lock"
+PREVIOUS = "previous-"  # + a time: checkpoints moved aside
 
 
 def step_path(directory: Path, step: int) -> Path:
@@ -93,14 +100,6 @@ def newest_verified(directory: Path) -> Path:
     return found
 
 
-# Listing ----------------------------------------------------------------------
-#
-# What `nkserde ls` shows. A checkpoint file holds the payload of
-# nkserde.checkpoint_file; the loggers' "history" follows the schema of
-# nkserde/netket/loggers.py. Only the header and the few arrays shown are
-# read here (verifying a checkpoint streams it whole, keeping nothing).
-
-
 def checkpoint_directories(directory: Path) -> list[tuple[int | None, Path]]:
     """The Checkpoint directories in ``directory``: itself (run None) if it
     holds checkpoints or a fingerprint, else its ``run-<i>`` subdirectories
@@ -111,172 +110,152 @@ def checkpoint_directories(directory: Path) -> list[tuple[int | None, Path]]:
     return [(int(RUN_DIRECTORY.match(p.name).group(1)), p) for p in runs(directory)]
 
 
-def problem(path: Path) -> str | None:
-    """None if the file verifies (every checksum, the structure), else what
-    is wrong, in one line."""
-    try:
-        fileformat.drain(fileformat.verify_steps(Path(path)))
-        return None
-    except (NkserdeError, OSError) as exc:
-        return " ".join(str(exc).split())
-
-
-def fingerprint_of(directory: Path) -> dict | None:
-    """``fingerprint.json`` of a Checkpoint directory and a short digest of
-    it: ``{"digest": 12 hex digits, "fields": {...}}``; None if absent,
-    ``{"digest": None, "error": ...}`` if unreadable."""
+def read_fingerprint(directory: Path) -> dict | None:
+    """The run fingerprint of a Checkpoint directory, None when it has none.
+    A damaged one (not a JSON object, or past the header limit: it is a few
+    KiB) is a CorruptFileError naming it."""
     path = Path(directory) / FINGERPRINT_FILE
     if not path.is_file():
         return None
-    try:
-        fields = bounded.read_json(path, limits.current().max_header_bytes, "run fingerprint")
-        if not isinstance(fields, dict):
-            raise CorruptFileError(f"{path}: the run fingerprint is not a JSON object")
-    except (OSError, NkserdeError) as exc:
-        return {"digest": None, "error": str(exc)}
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return {"digest": hashlib.sha256(canonical).hexdigest()[:12], "fields": fields}
+    fields = bounded.read_json(path, limits.current().max_header_bytes, "run fingerprint")
+    if not isinstance(fields, dict):
+        raise CorruptFileError(f"{path}: the run fingerprint is not a JSON object")
+    return fields
 
 
-def _ref(node):
-    """The array index of an encoded ``{"@array": i}``, else None."""
-    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get("@array"), int):
-        return node["@array"]
-    return None
+def write_fingerprint(directory: Path, fingerprint: dict) -> None:
+    with atomic_write(Path(directory) / FINGERPRINT_FILE) as f:
+        f.write(json.dumps(fingerprint, indent=1, sort_keys=True).encode())
 
 
-def _number(node, arrays):
-    """A scalar stored in the header or as a 0-d array (read), as a float."""
-    if isinstance(node, dict) and "value" in node and "@type" in node:  # KahanSum
-        return _number(node["value"], arrays)
-    if (i := _ref(node)) is not None:
-        return float(np.real(arrays[i]).reshape(-1)[0]) if i in arrays and arrays[i].size else None
-    if isinstance(node, (int, float)) and not isinstance(node, bool):
-        return float(node)
-    return None
+class RunDirectory:
+    """The files of one checkpointed run in ``path`` (created on demand),
+    with its lock."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.lock = DirectoryLock(self.path)
+
+    def create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def steps(self) -> list[int]:
+        """Steps that have a checkpoint file, oldest first."""
+        return steps(self.path)
+
+    def step_path(self, step: int) -> Path:
+        return step_path(self.path, step)
+
+    def latest(self) -> Path | None:
+        """Path of the newest checkpoint that verifies, or None."""
+        return latest(self.path)
+
+    @property
+    def fingerprint_path(self) -> Path:
+        return self.path / FINGERPRINT_FILE
+
+    def has_history(self) -> bool:
+        """Whether a run has used this directory (checkpoints or a fingerprint)."""
+        return bool(self.steps()) or self.fingerprint_path.exists()
+
+    def read_fingerprint(self) -> dict:
+        """The stored fingerprint, or {} when there is none (see
+        :func:`read_fingerprint`)."""
+        return read_fingerprint(self.path) or {}
+
+    def write_fingerprint(self, fingerprint: dict) -> None:
+        write_fingerprint(self.path, fingerprint)
+
+    def move_aside(self) -> Path:
+        """Moves every checkpoint and the fingerprint into a new
+        ``previous-<time>/`` (nothing is deleted); returns it."""
+        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        target = self.path / f"{PREVIOUS}{stamp}"
+        target.mkdir()
+        for p in self.path.iterdir():
+            if STEP_FILE.match(p.name) or p.name == FINGERPRINT_FILE:
+                p.rename(target / p.name)
+        return target
+
+    def retire(self, policy, newest: int) -> list[int]:
+        """Deletes the checkpoints ``policy`` (a
+        :class:`nkserde.checkpoint.retention.Retention`) does not keep once
+        ``newest`` is written and verified; returns their steps."""
+        retired = policy.retired(self.steps(), newest)
+        for step in retired:
+            with contextlib.suppress(FileNotFoundError):
+                self.step_path(step).unlink()
+        return retired
 
 
-def _loss_series(loggers) -> tuple[str, dict] | None:
-    """The first logged Monte Carlo statistic of the first logger with a
-    history: the driver's loss (NetKet logs it first: ``Energy`` for VMC,
-    ``Generator`` for TDVP, ``Infidelity``...). (name, columns)."""
-    if not isinstance(loggers, dict):
-        return None
-    for logger in loggers.values():
-        history = logger.get("history") if isinstance(logger, dict) else None
-        for series in history if isinstance(history, list) else ():
-            columns = series.get("columns") if isinstance(series, dict) else None
-            if (
-                isinstance(columns, dict)
-                and _ref(columns.get("Mean")) is not None
-                and _ref(columns.get("iters")) is not None
-            ):
-                where = series.get("path")
-                name = "/".join(str(p) for p in where) if isinstance(where, list) and where else "loss"
-                return name, columns
-    return None
+# seconds after which a lock file without an owner in it is taken over
+UNREADABLE_GRACE = 10.0
 
 
-def summary(path: Path) -> dict:
-    """What a checkpoint file says of its run, from its header and the few
-    arrays needed: ``{"created", "process_count", "driver", "completed_steps",
-    "time", "stopped", "target", "loss"}`` with ``loss`` ``{"name", "mean",
-    "error", "at"}`` (the last logged value and the step or time it was
-    logged at) or None. Raises NkserdeError/OSError if the file cannot be read."""
-    path = Path(path)
-    header = fileformat.read_header(path)
-    try:
-        return _summary(path, header)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
-        # a header that reads but whose content is not what a checkpoint holds
-        raise CorruptFileError(f"{path}: unexpected checkpoint content ({type(exc).__name__}: {exc})") from None
+class DirectoryLock:
+    """``<directory>/.lock``, holding ``"<host> <pid>"`` of its owner.
 
+    :meth:`acquire` creates it exclusively (``O_EXCL``) or raises
+    NkserdeError naming the owner. A lock left by a dead process of this
+    host (a killed job) is stale and taken over; a lock of another host is
+    never taken (its process cannot be checked from here). A lock file
+    without an owner in it (a process killed between creating and writing
+    it) is stale once it is ``UNREADABLE_GRACE`` seconds old."""
 
-def _summary(path: Path, header: dict) -> dict:
-    tree, meta = header["tree"], header["meta"]
-    tree = tree if isinstance(tree, dict) else {}
-    driver = tree.get(checkpoint_file.DRIVER) if isinstance(tree.get(checkpoint_file.DRIVER), dict) else tree
-    integrator = driver.get("integrator") if isinstance(driver.get("integrator"), dict) else {}
-    series = _loss_series(tree.get(checkpoint_file.LOGGERS))
-    wanted = [
-        i
-        for i in (
-            _ref(integrator.get("t")),
-            _ref((integrator.get("t") or {}).get("value") if isinstance(integrator.get("t"), dict) else None),
-        )
-        if i is not None
-    ]
-    if series is not None:
-        wanted += [i for i in (_ref(series[1].get(k)) for k in ("iters", "Mean", "Sigma")) if i is not None]
-    arrays = dict(fileformat.read_arrays(path, sorted(set(wanted))))
-    loss = None
-    if series is not None:
-        name, columns = series
-        iters, mean = arrays[_ref(columns["iters"])], arrays[_ref(columns["Mean"])]
-        sigma = arrays.get(_ref(columns.get("Sigma")))
-        if mean.size and iters.size:
-            loss = {
-                "name": name,
-                "mean": float(np.real(mean.reshape(-1)[-1])),
-                "error": float(np.real(sigma.reshape(-1)[-1])) if sigma is not None and sigma.size else None,
-                "at": float(iters.reshape(-1)[-1]),
-            }
-    completed = tree.get(checkpoint_file.COMPLETED_STEPS)
-    return {
-        "created": meta.get("created"),
-        "process_count": meta.get("process_count"),
-        "driver": driver.get("@type") if isinstance(driver.get("@type"), str) else meta.get("root_type"),
-        "completed_steps": completed if isinstance(completed, int) and not isinstance(completed, bool) else None,
-        "time": _number(integrator.get("t"), arrays),
-        "stopped": tree.get(checkpoint_file.STOPPED) if isinstance(tree.get(checkpoint_file.STOPPED), bool) else None,
-        "target": _number(tree.get(checkpoint_file.TARGET), arrays),
-        "loss": loss,
-    }
+    def __init__(self, directory: Path):
+        self.path = Path(directory) / LOCK_FILE
+        self.held = False
 
-
-def listing(directory: Path, *, verify: bool = True) -> list[dict]:
-    """Every Checkpoint directory in ``directory`` (itself, or each
-    ``run-<i>`` of a ``checkpointed(...)`` directory) with its checkpoints,
-    oldest first: ``{"directory", "run", "fingerprint", "resume",
-    "checkpoints": [{"file", "step", "size", "verifies", "problem",
-    "resume", **summary}]}``. ``resume`` is the file a resume loads: the
-    newest that verifies (None without ``verify``)."""
-    out = []
-    for run, path in checkpoint_directories(directory):
-        checkpoints = []
-        for step in steps(path):
-            file = step_path(path, step)
-            entry = {
-                "file": file.name,
-                "step": step,
-                "size": file.stat().st_size,
-                "verifies": None,
-                "problem": None,
-                "resume": False,
-            }
-            if verify:
-                entry["problem"] = problem(file)
-                entry["verifies"] = entry["problem"] is None
+    def acquire(self) -> None:
+        me = f"{socket.gethostname()} {os.getpid()}"
+        for _ in range(2):
             try:
-                entry.update(summary(file))
-            except (NkserdeError, OSError) as exc:
-                entry["problem"] = entry["problem"] or " ".join(str(exc).split())
-                entry.update(
-                    dict.fromkeys(
-                        ("created", "process_count", "driver", "completed_steps", "time", "stopped", "target", "loss")
-                    )
-                )
-            checkpoints.append(entry)
-        picked = next((c for c in reversed(checkpoints) if c["verifies"]), None)
-        if picked is not None:
-            picked["resume"] = True
-        out.append(
-            {
-                "directory": str(path),
-                "run": run,
-                "fingerprint": fingerprint_of(path),
-                "resume": picked["file"] if picked else None,
-                "checkpoints": checkpoints,
-            }
-        )
-    return out
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                host, pid = self.owner()
+                if self._stale(host, pid):
+                    with contextlib.suppress(FileNotFoundError):
+                        self.path.unlink()
+                    continue
+                if f"{host} {pid}" == me:
+                    raise NkserdeError(
+                        f"{self.path.parent}: this process is already running a checkpointed run on this directory"
+                    ) from None
+                owner = f"process {pid} on host {host}" if host else "a process that is writing its lock"
+                raise NkserdeError(
+                    f"{self.path.parent}: checkpoint directory is in use by {owner} (lock file "
+                    f"{self.path}); two runs must not share a directory"
+                ) from None
+            with os.fdopen(fd, "w") as f:
+                f.write(me)
+            self.held = True
+            return
+        raise NkserdeError(f"{self.path}: could not take over a stale lock")
+
+    def owner(self) -> tuple[str, str]:
+        """(host, pid) written in the lock file; ("", "") when it is
+        unreadable or half written."""
+        try:  # "host pid": a few bytes; a larger file is not an owner
+            host, pid = bounded.read_capped(self.path, 1024, "lock file").decode().split()
+        except (OSError, ValueError, NkserdeError):
+            return "", ""
+        return host, pid
+
+    def _stale(self, host: str, pid: str) -> bool:
+        if host == socket.gethostname() and pid.isdigit():
+            return not pid_alive(int(pid))
+        if not host:
+            # half written: its owner died between creating and writing it,
+            # or is writing it right now (give it UNREADABLE_GRACE seconds)
+            try:
+                return time.time() - self.path.stat().st_mtime > UNREADABLE_GRACE
+            except FileNotFoundError:
+                return True
+        return False
+
+    def release(self) -> None:
+        """Removes the lock if this object holds it; otherwise does nothing."""
+        if self.held:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            self.held = False

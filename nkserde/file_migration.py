@@ -13,7 +13,7 @@ from pathlib import Path
 from . import api, checkpoint_file, registry, tree
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
-from .parts import ProcessValues
+from .placement import ProcessValues
 from .tree import TYPE, VERSION
 
 

@@ -23,7 +23,7 @@ from . import jax_internals, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
-from .parts import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
+from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 
 TYPE, VERSION = "@type", "@version"
 # Set while restoring a registration's ``dtype_from_file`` fields.
@@ -386,7 +386,7 @@ def _restore_node(reg: registry.Registration, template, state, path):
 
 
 def _unwrap(value):
-    """A template's field value without the layout markers of parts.py."""
+    """A template's field value without the layout markers of placement.py."""
     while isinstance(value, (Primary, PerProcess, Resizable)):
         value = value.value
     return value

@@ -72,7 +72,7 @@ def leaves(obj):
     out = []
 
     def walk(x):
-        if isinstance(x, nkserde.parts.PerProcess):
+        if isinstance(x, nkserde.placement.PerProcess):
             return walk(x.value)
         if isinstance(x, dict):
             for k in sorted(x):

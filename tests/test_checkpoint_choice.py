@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import fingerprint
+from nkserde.checkpoint import run_fingerprint as fingerprint
 from nkserde.checkpoint.choice import choose_checkpoint
-from nkserde.checkpoint.run_directory import RunDirectory
+from nkserde.directory import RunDirectory
 from nkserde.errors import NkserdeError
 
 RUN = {"fingerprint_version": str(fingerprint.VERSION), "driver": "VMC", "n_samples": "512"}

@@ -1,10 +1,10 @@
-"""nkserde.checkpoint.run_directory: one run's files."""
+"""nkserde.directory.RunDirectory: one run's files."""
 
 import numpy as np
 
 import nkserde
 from nkserde.checkpoint.retention import Retention
-from nkserde.checkpoint.run_directory import RunDirectory
+from nkserde.directory import RunDirectory
 
 
 def _write(files: RunDirectory, step: int):

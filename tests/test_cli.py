@@ -25,7 +25,8 @@ import pytest
 import builders
 import nkserde
 from multiprocess import launch
-from nkserde import cli, compare
+from nkserde.cli import commands as cli
+from nkserde.cli import compare
 
 SCRIPT = Path(sys.executable).with_name("nkserde")
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -15,7 +15,7 @@ from nkserde import api
 from nkserde.coordination import Group, SimulatedStore, StopFlag, simulate
 from nkserde.errors import DistributedSaveError, PeerLostError, ProcessMismatchError
 from nkserde.format.writer import write_file_together
-from nkserde.parts import GlobalArray, PerProcess
+from nkserde.placement import GlobalArray, PerProcess
 
 
 @pytest.mark.parametrize("size", [64, 256, 1024])

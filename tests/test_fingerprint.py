@@ -1,4 +1,4 @@
-"""The "same script?" fingerprint (nkserde/fingerprint.py): which changes a
+"""The "same script?" fingerprint (nkserde/checkpoint/run_fingerprint.py): which changes a
 ``resume="auto"`` refuses, which it accepts, and that it is the same in
 every Python process (PYTHONHASHSEED) for models whose repr is not."""
 
@@ -17,7 +17,7 @@ import numpy as np
 import optax
 import pytest
 
-from nkserde.fingerprint import changes, fingerprint
+from nkserde.checkpoint.run_fingerprint import changes, fingerprint
 
 L = 8
 
@@ -148,7 +148,7 @@ _PRINT_FINGERPRINT = """
 import json, sys
 sys.path.insert(0, {tests!r})
 from test_fingerprint import vmc
-from nkserde.fingerprint import fingerprint
+from nkserde.checkpoint.run_fingerprint import fingerprint
 print(json.dumps(fingerprint(vmc(model="gcnn"))))
 """
 
@@ -181,7 +181,7 @@ _PRINT_QSR_FINGERPRINT = """
 import json, sys
 sys.path.insert(0, {tests!r})
 from test_fingerprint import qsr
-from nkserde.fingerprint import fingerprint
+from nkserde.checkpoint.run_fingerprint import fingerprint
 print(json.dumps(fingerprint(qsr())))
 """
 

@@ -15,7 +15,7 @@ import nkserde
 from nkserde import format as fileformat
 from nkserde import registry
 from nkserde.errors import MigrationError, NkserdeError, UnsupportedVersionError
-from nkserde.parts import ProcessValues
+from nkserde.placement import ProcessValues
 
 import scenarios  # tests/fixtures (pyproject's pythonpath)
 

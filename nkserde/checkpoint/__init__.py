@@ -5,18 +5,18 @@
     wrapper.py        checkpointed(driver, dir): run-<i> per run() call
     stops.py          final stop or interruption (NetKet's StopRun)
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
-    run_directory.py  one run's files: checkpoints, fingerprint.json, moving aside, retiring
-    lock.py           the directory lock (host and pid; stale locks taken over)
+    run_fingerprint.py  what defines a run, from content (the "same script?" check)
     retention.py      which steps stay (keep, keep_every): a pure policy
     writer.py         one write in flight, errors raised later, finished at exit
     background.py     a write advanced by a low-priority thread or the caller
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
     snapshot.py       the host copy a background write reads
 
-Only callback.py, wrapper.py and stops.py know NetKet.
+Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet. The
+directory's files (naming, lock, fingerprint.json) are nkserde.directory's.
 """
 
-from .. import fingerprint as _fingerprint
+from . import run_fingerprint as _fingerprint
 from .callback import RESUME_MODES, Checkpoint
 from .stops import FINAL_STOPS
 from .wrapper import checkpointed, reset_run_numbering

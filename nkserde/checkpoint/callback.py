@@ -42,16 +42,17 @@ import jax
 import netket as nk
 from netket.utils import struct
 
-from .. import api, checkpoint_file, fingerprint as run_fingerprint, registry
+from .. import api, checkpoint_file, registry
 from .._log import say
+from ..directory import RunDirectory
 from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
-from ..parts import primary
+from ..placement import primary
+from . import run_fingerprint
 from .choice import choose_checkpoint
 from .retention import Retention
-from .run_directory import RunDirectory
 from .signals import SignalCatcher
 from .snapshot import host_copy
 from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop

@@ -7,10 +7,11 @@ import logging
 import warnings
 from pathlib import Path
 
-from .. import api, fingerprint as run_fingerprint
+from .. import api
 from .._log import say
+from ..directory import RunDirectory
 from ..errors import CorruptFileError, NkserdeError
-from .run_directory import RunDirectory
+from . import run_fingerprint
 
 
 def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every: int) -> tuple[Path, dict] | None:

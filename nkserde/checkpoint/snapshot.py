@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from ..parts import map_arrays
+from ..placement import map_arrays
 
 
 def host_copy(state):

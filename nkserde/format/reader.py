@@ -14,7 +14,7 @@ import msgpack
 import numpy as np
 
 from ..errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
-from ..parts import ProcessValues
+from ..placement import ProcessValues
 from . import codecs, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UnregisteredTypeError, format_path
-from ..parts import GlobalArray, PerProcess, Primary, ProcessValues
+from ..placement import GlobalArray, PerProcess, Primary, ProcessValues
 
 ARRAY = "@array"
 STACKED = "@stacked"

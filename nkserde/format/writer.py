@@ -49,7 +49,7 @@ from ..errors import (
     format_path,
 )
 from ..coordination import write_timeout
-from ..parts import GlobalArray
+from ..placement import GlobalArray
 from . import codecs, tree_codec
 from .atomic import atomic_write, fsync_directory, remove_stale_temps, remove_temp, temp_name, write_error
 from .checksum import checksum, streaming_checksum

@@ -18,7 +18,7 @@ from netket.sampler.parallel_tempering import ParallelTemperingSamplerState
 
 from .. import registry
 from ..errors import TemplateMismatchError, format_path
-from ..parts import Resizable, per_process
+from ..placement import Resizable, per_process
 from . import internals
 from ._common import register_attributes
 

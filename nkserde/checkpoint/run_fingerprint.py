@@ -48,7 +48,7 @@ import jax
 import netket as nk
 import numpy as np
 
-from .netket import internals
+from ..netket import internals
 
 
 VERSION = 2  # of the fingerprint's keys and texts; fingerprints of other versions are not compared

@@ -31,10 +31,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import api, compare, directory, registry
-from . import format as fileformat
-from .errors import NkserdeError
-from .file_migration import current_state_dict, migrate as migrate_file
+from .. import api, directory, registry
+from .. import format as fileformat
+from ..errors import NkserdeError
+from ..file_migration import current_state_dict, migrate as migrate_file
+from . import compare, listing
 
 JSON_LAYOUT_VERSION = 1  # of every --json output; bumped only when a field changes meaning or goes
 
@@ -338,7 +339,7 @@ def cmd_verify(args) -> int:
         elif path.is_dir():
             problem = f"{path}: a directory without checkpoints"
         else:
-            problem = directory.problem(path)
+            problem = listing.problem(path)
         info = None
         if problem is None:
             info = api.info(path)
@@ -422,7 +423,7 @@ def cmd_ls(args) -> int:
     path = _existing(args.directory)
     if not path.is_dir():
         raise CommandError(f"{path}: not a directory (nkserde inspect shows a file)")
-    runs = directory.listing(path, verify=not args.no_verify)
+    runs = listing.listing(path, verify=not args.no_verify)
     if not runs:
         raise CommandError(f"{path}: not a checkpoint directory (no step-*.nks, fingerprint.json or run-*/)")
     if args.json:
@@ -657,7 +658,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return __version__
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import api, checkpoint_file, directory
-from .errors import format_path
-from .file_migration import current_state_dict
-from .parts import ProcessValues
+from .. import api, checkpoint_file, directory
+from ..errors import format_path
+from ..file_migration import current_state_dict
+from ..placement import ProcessValues
 
 
 def _read(path: Path, kept: list):

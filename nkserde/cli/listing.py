@@ -1,0 +1,191 @@
+"""What ``nkserde ls`` shows of a checkpoint directory: each Checkpoint
+directory, its checkpoints, whether each verifies, which one a resume
+loads, and what each says of its run (driver, steps, time, the last logged
+loss).
+
+Read from the header and the few arrays shown, without NetKet: a
+checkpoint file holds the payload of nkserde.checkpoint_file; the loggers'
+"history" follows the schema of nkserde/netket/loggers.py, TDVP's time that
+of nkserde/netket/dynamics.py (a ``KahanSum``). Verifying a checkpoint
+streams it whole, keeping nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .. import checkpoint_file, directory as directory_layout
+from .. import format as fileformat
+from ..errors import CorruptFileError, NkserdeError
+
+
+def problem(path: Path) -> str | None:
+    """None if the file verifies (every checksum, the structure), else what
+    is wrong, in one line."""
+    try:
+        fileformat.drain(fileformat.verify_steps(Path(path)))
+        return None
+    except (NkserdeError, OSError) as exc:
+        return " ".join(str(exc).split())
+
+
+def fingerprint_of(directory: Path) -> dict | None:
+    """``fingerprint.json`` of a Checkpoint directory and a short digest of
+    it: ``{"digest": 12 hex digits, "fields": {...}}``; None if absent,
+    ``{"digest": None, "error": ...}`` if unreadable."""
+    try:
+        fields = directory_layout.read_fingerprint(directory)
+    except (OSError, NkserdeError) as exc:
+        return {"digest": None, "error": str(exc)}
+    if fields is None:
+        return None
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    return {"digest": hashlib.sha256(canonical).hexdigest()[:12], "fields": fields}
+
+
+def _ref(node):
+    """The array index of an encoded ``{"@array": i}``, else None."""
+    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get("@array"), int):
+        return node["@array"]
+    return None
+
+
+def _number(node, arrays):
+    """A scalar stored in the header or as a 0-d array (read), as a float."""
+    if isinstance(node, dict) and "value" in node and "@type" in node:  # KahanSum
+        return _number(node["value"], arrays)
+    if (i := _ref(node)) is not None:
+        return float(np.real(arrays[i]).reshape(-1)[0]) if i in arrays and arrays[i].size else None
+    if isinstance(node, (int, float)) and not isinstance(node, bool):
+        return float(node)
+    return None
+
+
+def _loss_series(loggers) -> tuple[str, dict] | None:
+    """The first logged Monte Carlo statistic of the first logger with a
+    history: the driver's loss (NetKet logs it first: ``Energy`` for VMC,
+    ``Generator`` for TDVP, ``Infidelity``...). (name, columns)."""
+    if not isinstance(loggers, dict):
+        return None
+    for logger in loggers.values():
+        history = logger.get("history") if isinstance(logger, dict) else None
+        for series in history if isinstance(history, list) else ():
+            columns = series.get("columns") if isinstance(series, dict) else None
+            if (
+                isinstance(columns, dict)
+                and _ref(columns.get("Mean")) is not None
+                and _ref(columns.get("iters")) is not None
+            ):
+                where = series.get("path")
+                name = "/".join(str(p) for p in where) if isinstance(where, list) and where else "loss"
+                return name, columns
+    return None
+
+
+def summary(path: Path) -> dict:
+    """What a checkpoint file says of its run, from its header and the few
+    arrays needed: ``{"created", "process_count", "driver", "completed_steps",
+    "time", "stopped", "target", "loss"}`` with ``loss`` ``{"name", "mean",
+    "error", "at"}`` (the last logged value and the step or time it was
+    logged at) or None. Raises NkserdeError/OSError if the file cannot be read."""
+    path = Path(path)
+    header = fileformat.read_header(path)
+    try:
+        return _summary(path, header)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+        # a header that reads but whose content is not what a checkpoint holds
+        raise CorruptFileError(f"{path}: unexpected checkpoint content ({type(exc).__name__}: {exc})") from None
+
+
+def _summary(path: Path, header: dict) -> dict:
+    tree, meta = header["tree"], header["meta"]
+    tree = tree if isinstance(tree, dict) else {}
+    driver = tree.get(checkpoint_file.DRIVER) if isinstance(tree.get(checkpoint_file.DRIVER), dict) else tree
+    integrator = driver.get("integrator") if isinstance(driver.get("integrator"), dict) else {}
+    series = _loss_series(tree.get(checkpoint_file.LOGGERS))
+    wanted = [
+        i
+        for i in (
+            _ref(integrator.get("t")),
+            _ref((integrator.get("t") or {}).get("value") if isinstance(integrator.get("t"), dict) else None),
+        )
+        if i is not None
+    ]
+    if series is not None:
+        wanted += [i for i in (_ref(series[1].get(k)) for k in ("iters", "Mean", "Sigma")) if i is not None]
+    arrays = dict(fileformat.read_arrays(path, sorted(set(wanted))))
+    loss = None
+    if series is not None:
+        name, columns = series
+        iters, mean = arrays[_ref(columns["iters"])], arrays[_ref(columns["Mean"])]
+        sigma = arrays.get(_ref(columns.get("Sigma")))
+        if mean.size and iters.size:
+            loss = {
+                "name": name,
+                "mean": float(np.real(mean.reshape(-1)[-1])),
+                "error": float(np.real(sigma.reshape(-1)[-1])) if sigma is not None and sigma.size else None,
+                "at": float(iters.reshape(-1)[-1]),
+            }
+    completed = tree.get(checkpoint_file.COMPLETED_STEPS)
+    return {
+        "created": meta.get("created"),
+        "process_count": meta.get("process_count"),
+        "driver": driver.get("@type") if isinstance(driver.get("@type"), str) else meta.get("root_type"),
+        "completed_steps": completed if isinstance(completed, int) and not isinstance(completed, bool) else None,
+        "time": _number(integrator.get("t"), arrays),
+        "stopped": tree.get(checkpoint_file.STOPPED) if isinstance(tree.get(checkpoint_file.STOPPED), bool) else None,
+        "target": _number(tree.get(checkpoint_file.TARGET), arrays),
+        "loss": loss,
+    }
+
+
+def listing(directory: Path, *, verify: bool = True) -> list[dict]:
+    """Every Checkpoint directory in ``directory`` (itself, or each
+    ``run-<i>`` of a ``checkpointed(...)`` directory) with its checkpoints,
+    oldest first: ``{"directory", "run", "fingerprint", "resume",
+    "checkpoints": [{"file", "step", "size", "verifies", "problem",
+    "resume", **summary}]}``. ``resume`` is the file a resume loads: the
+    newest that verifies (None without ``verify``)."""
+    out = []
+    for run, path in directory_layout.checkpoint_directories(directory):
+        checkpoints = []
+        for step in directory_layout.steps(path):
+            file = directory_layout.step_path(path, step)
+            entry = {
+                "file": file.name,
+                "step": step,
+                "size": file.stat().st_size,
+                "verifies": None,
+                "problem": None,
+                "resume": False,
+            }
+            if verify:
+                entry["problem"] = problem(file)
+                entry["verifies"] = entry["problem"] is None
+            try:
+                entry.update(summary(file))
+            except (NkserdeError, OSError) as exc:
+                entry["problem"] = entry["problem"] or " ".join(str(exc).split())
+                entry.update(
+                    dict.fromkeys(
+                        ("created", "process_count", "driver", "completed_steps", "time", "stopped", "target", "loss")
+                    )
+                )
+            checkpoints.append(entry)
+        picked = next((c for c in reversed(checkpoints) if c["verifies"]), None)
+        if picked is not None:
+            picked["resume"] = True
+        out.append(
+            {
+                "directory": str(path),
+                "run": run,
+                "fingerprint": fingerprint_of(path),
+                "resume": picked["file"] if picked else None,
+                "checkpoints": checkpoints,
+            }
+        )
+    return out
