@@ -26,6 +26,8 @@ sys.path[:0] = [str(HERE.parent), str(HERE), str(HERE.parent / "tests"), str(HER
 with atheris.instrument_imports(include=["nkserde"]):
     import nkserde
 
+    nkserde.save  # noqa: B018  (nkserde's API loads on first use: instrument it too)
+
 import targets  # noqa: E402
 
 nkserde.set_load_limits(max_load_bytes=targets.MAX_LOAD_BYTES)

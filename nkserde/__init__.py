@@ -20,23 +20,17 @@ Public API::
     nkserde.errors
     nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
+
+Every name above is loaded on its first use (``import nkserde`` itself
+imports neither JAX nor NetKet, so ``nkserde inspect`` answers at once on a
+login node); the first ``nkserde.save`` or ``nkserde.Checkpoint`` imports
+them and registers NetKet's types, as ``import nkserde`` did before.
 """
 
-from . import errors
-from .api import from_state_dict, info, load, load_state_dict, save, save_state_dict, state_dict, verify
-from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
-from .format.limits import set_load_limits
-from .placement import per_process
-from .partial_load import LoadReport, PartialLoadWarning
-from .file_migration import migrate
-from .registry import migration, register
-from . import netket as _netket_registrations  # noqa: F401,E402
-from .netket._common import find as _find  # noqa: E402,F401
+import importlib
+import importlib.util
 
-if _find("netket.callbacks.AbstractCallback") is not None:
-    from .checkpoint import Checkpoint, checkpointed  # noqa: E402
-else:  # NetKet 3.21: no callback API to hook a checkpoint into
-    from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
+from . import errors
 
 __version__ = "0.1.0"
 __all__ = [
@@ -60,3 +54,27 @@ __all__ = [
     "state_dict",
     "verify",
 ]
+
+
+def _load_public_api() -> None:
+    public = importlib.import_module(f"{__name__}._public")
+    for name in public.__all__:
+        globals()[name] = getattr(public, name)
+
+
+def __getattr__(name: str):
+    # PEP 562: called for names not yet in this module. An API name loads
+    # the API (and registers NetKet's types); a submodule's name
+    # (``nkserde.format``, the package's own ``from . import directory``)
+    # imports that module alone, as ``import nkserde.format`` does, so the
+    # command line's header readers import neither JAX nor NetKet.
+    if name in __all__:
+        _load_public_api()
+        return globals()[name]
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -8,6 +8,8 @@ ls) tells one by :func:`is_checkpoint`. Knows no NetKet and no files.
 
 from __future__ import annotations
 
+from .format.tree_codec import TYPE  # a registered object, not a plain dict
+
 ROOT_TYPE = "checkpoint"
 
 DRIVER = "driver"  # the driver, its variational state inside
@@ -16,8 +18,6 @@ STOPPED = "stopped"  # the run stopped for good there (a final stop)
 TARGET = "target"  # the end the run was going to
 LOGGERS = "loggers"  # process 0's loggers, by key
 CALLBACKS = "callbacks"  # process 0's stateful callbacks, by key
-
-_TYPE = "@type"  # tree.TYPE: a registered object, not a plain dict
 
 
 def payload(driver, completed_steps: int, stopped: bool, target, loggers, callbacks) -> dict:
@@ -34,7 +34,7 @@ def payload(driver, completed_steps: int, stopped: bool, target, loggers, callba
 
 def is_checkpoint(state) -> bool:
     """Whether a state dict read from a file is a checkpoint's."""
-    return isinstance(state, dict) and _TYPE not in state and {DRIVER, COMPLETED_STEPS} <= set(state)
+    return isinstance(state, dict) and TYPE not in state and {DRIVER, COMPLETED_STEPS} <= set(state)
 
 
 def is_checkpoint_template(template) -> bool:

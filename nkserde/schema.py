@@ -9,15 +9,24 @@ or a version is bumped without a migration. After a deliberate bump (with
 its migration), record the new version with::
 
     python -m nkserde.schema --update tests/fixtures/schema_manifest.json
+
+``nkserde/schema_versions.json`` (in the package) holds today's version and
+the older names of every registration, so that the command line can tell
+whether a file needs a migration without importing NetKet to register them;
+``tests/test_schema_manifest.py`` checks it against the registrations, and
+``python -m nkserde.schema --versions nkserde/schema_versions.json``
+rewrites it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from . import registry
 from .format import FORMAT_VERSION
+
+VERSIONS_FILE = Path(__file__).with_name("schema_versions.json")
 
 
 def current() -> dict:
@@ -25,6 +34,8 @@ def current() -> dict:
     [...], "optional": [...]}}}`` of the registrations that declare their
     fields in this install (types of libraries that are not installed, or
     that this NetKet lacks, are absent)."""
+    from . import api as _with_registrations, registry  # noqa: F401  (nkserde's own types, NetKet's)
+
     types = {}
     for reg in registry.registrations().values():
         if reg.fields is None:
@@ -35,6 +46,41 @@ def current() -> dict:
             "optional": sorted(reg.optional_fields),
         }
     return {"format_version": FORMAT_VERSION, "types": dict(sorted(types.items()))}
+
+
+def current_versions() -> dict:
+    """``{"types": {name: version}, "aliases": {older name: name}}`` of this
+    install's registrations."""
+    from . import api as _with_registrations, registry  # noqa: F401
+
+    regs = registry.registrations().values()
+    return {
+        "types": dict(sorted((reg.name, reg.version) for reg in regs)),
+        "aliases": dict(sorted((alias, reg.name) for reg in regs for alias in reg.aliases)),
+    }
+
+
+def recorded_versions() -> dict:
+    """What :func:`current_versions` returned where ``schema_versions.json``
+    was written (nkserde's own registrations under the newest NetKet), read
+    without importing NetKet."""
+    return json.loads(VERSIONS_FILE.read_text())
+
+
+def newer_versions(types: dict, known: dict | None = None) -> list[dict]:
+    """The migrations a file's ``types`` ({name: schema version}, as
+    ``nkserde.info`` gives them) need to reach today's versions:
+    ``[{"type", "new_type", "from", "to"}]``, from ``known`` (default:
+    :func:`recorded_versions`). A type nkserde does not know (a user's own
+    registration) is taken as current."""
+    known = recorded_versions() if known is None else known
+    changes = []
+    for name, version in sorted(types.items()):
+        current = name if name in known["types"] else known["aliases"].get(name, name)
+        to = known["types"].get(current, version)
+        if current != name or to != version:
+            changes.append({"type": name, "new_type": current, "from": version, "to": to})
+    return changes
 
 
 def differences(history: dict, now: dict | None = None) -> list[str]:
@@ -49,6 +95,8 @@ def differences(history: dict, now: dict | None = None) -> list[str]:
             f"file format version {now['format_version']} is not recorded "
             f"(recorded: {history['format_versions']}); add it with --update"
         )
+    from . import registry
+
     migrations = registry.migrations()
     for name, entry in now["types"].items():
         versions = history["types"].get(name, {})
@@ -97,6 +145,9 @@ def updated(history: dict, now: dict | None = None) -> dict:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--versions":
+        Path(argv[1]).write_text(json.dumps(current_versions(), indent=1) + "\n")
+        return 0
     if len(argv) == 2 and argv[0] == "--update":
         import netket  # noqa: F401  (the NetKet registrations)
 

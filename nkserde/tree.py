@@ -23,9 +23,10 @@ from . import jax_internals, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
+from .format.tree_codec import TYPE, VERSION  # noqa: F401  (tree.TYPE: the markers of a stored object)
 from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 
-TYPE, VERSION = "@type", "@version"
+
 # Set while restoring a registration's ``dtype_from_file`` fields.
 _DTYPE_FROM_FILE = contextvars.ContextVar("nkserde_dtype_from_file", default=False)
 _CHECK_ONLY = contextvars.ContextVar("nkserde_check_only", default=False)

@@ -27,6 +27,7 @@ import nkserde
 from multiprocess import launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
+from nkserde import schema
 
 SCRIPT = Path(sys.executable).with_name("nkserde")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -377,3 +378,52 @@ def test_ls_without_verifying_and_diff_of_directories(inputs, capsys):
     out, err = capsys.readouterr()
     assert out.splitlines()[-1] == "same"
     assert err.count("\n") == 1 and err.startswith("nkserde diff: warning: ") and "step-0000000006.nks" in err
+
+
+# What a header reader must not import: seconds of start-up on a login node
+HEAVY = ("jax", "jaxlib", "netket", "flax", "optax")
+PROBE = """
+import json, sys
+from nkserde.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "heavy": sorted(m for m in %r if m in sys.modules)}), file=sys.stderr)
+""" % (HEAVY,)
+
+
+def run_probed(*args):
+    """The CLI in a new process; (exit code, the heavy modules imported by its exit)."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], capture_output=True, text=True, timeout=300)
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    return report["code"], report["heavy"]
+
+
+@pytest.mark.parametrize(
+    "command, files",
+    [
+        (["inspect"], ["vmc/step-0000000004.nks"]),
+        (["inspect", "--arrays", "--json"], ["dyn/run-1/step-0000000004.nks"]),
+        (["inspect"], ["two-processes.nks"]),
+        (["ls"], ["vmc"]),
+        (["ls", "--json"], ["dyn"]),
+        (["ls"], ["damaged-dir"]),
+        (["verify"], ["vmc", "two-processes.nks"]),
+        (["verify"], ["damaged.nks"]),
+        (["migrate", "--dry-run"], ["driver.nks"]),
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_header_commands_import_neither_jax_nor_netket(inputs, command, files):
+    code, heavy = run_probed(*command, *(inputs / f for f in files))
+    assert code == (1 if files == ["damaged.nks"] else 0)
+    assert heavy == [], f"nkserde {' '.join(command + files)} imported {heavy}"
+
+
+def test_a_dry_run_of_an_old_file_imports_what_its_migration_needs_and_plans_as_the_registry_does(tmp_path):
+    old = tmp_path / "old.nks"
+    shutil.copy(FIXTURES / "nkserde-ea7de03" / "vmc_adam.nks", old)
+    code, heavy = run_probed("migrate", "--dry-run", old)
+    assert code == 0 and "netket" in heavy  # the rehearsal of its migrations runs them
+    # the plan, from the versions file, is the registry's
+    types = nkserde.info(old)["types"]
+    from_registry = schema.newer_versions(types, known=schema.current_versions())
+    assert from_registry and schema.newer_versions(types) == from_registry

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -109,3 +111,23 @@ def test_a_registration_returning_undeclared_fields_cannot_save(tmp_path):
     nkserde.save(_Drifting(False), tmp_path / "ok.nks")
     with pytest.raises(UnregisteredTypeError, match=r"tests.Drifting .*returned fields \['a', 'b'\]"):
         nkserde.save({"x": _Drifting(True)}, tmp_path / "bad.nks")
+
+
+def test_the_versions_file_the_command_line_reads_agrees_with_the_registrations():
+    """``nkserde/schema_versions.json`` (what ``nkserde migrate --dry-run``
+    plans from without NetKet) is what a fresh process of this install
+    registers: every type at its version, and its older names (a type of a
+    newer NetKet may be there too). Types a rule registers on first sight
+    are not in it; rules make version 1 registrations, which it takes as
+    current. Rewrite it with ``python -m nkserde.schema --versions
+    nkserde/schema_versions.json``."""
+    fresh = subprocess.run(
+        [sys.executable, "-c", "import json; from nkserde import schema; print(json.dumps(schema.current_versions()))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    now, recorded = json.loads(fresh.stdout), schema.recorded_versions()
+    stale = {k: (recorded["types"].get(k), v) for k, v in now["types"].items() if recorded["types"].get(k) != v}
+    assert not stale, f"(recorded, registered) versions differ: {stale}"
+    assert {k: recorded["aliases"].get(k) for k in now["aliases"]} == now["aliases"]

@@ -31,11 +31,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .. import api, directory, registry
+from .. import directory, file_info, schema
 from .. import format as fileformat
 from ..errors import NkserdeError
-from ..file_migration import current_state_dict, migrate as migrate_file
-from . import compare, listing
+from . import listing
+
+# inspect, verify, ls and an up-to-date migrate --dry-run read headers and
+# checksums only, without JAX and NetKet (seconds of imports on a login
+# node): diff and a migration import them when they run.
 
 JSON_LAYOUT_VERSION = 1  # of every --json output; bumped only when a field changes meaning or goes
 
@@ -227,7 +230,7 @@ def array_stats(a: np.ndarray) -> dict:
 
 def cmd_inspect(args) -> int:
     path = _file(args.file)
-    info, entries = api.contents(path)
+    info, entries = file_info.contents(path)
     if args.arrays:
         by_index = {e["index"]: e for e in entries if e["kind"] == "array"}
         for i, array in fileformat.read_arrays(path, sorted(by_index)):
@@ -342,7 +345,7 @@ def cmd_verify(args) -> int:
             problem = listing.problem(path)
         info = None
         if problem is None:
-            info = api.info(path)
+            info = file_info.info(path)
         results.append({"file": str(path), "ok": problem is None, "problem": problem, "info": info})
     ok = all(r["ok"] for r in results)
     if args.json:
@@ -364,6 +367,8 @@ def cmd_diff(args) -> int:
     for p in (args.a, args.b):
         _existing(p)
     try:
+        from . import compare  # loads and migrates: the API, with NetKet
+
         result = compare.diff(args.a, args.b, atol=args.atol, rtol=args.rtol)
     except (NkserdeError, OSError) as exc:
         raise CommandError(str(exc), code=2) from exc
@@ -473,15 +478,8 @@ def cmd_ls(args) -> int:
 
 
 def _planned_changes(path: Path) -> tuple[dict, list[dict]]:
-    info = api.info(path)
-    changes = []
-    for name, version in sorted((info.get("types") or {}).items()):
-        current = registry.resolve(name)
-        reg = registry.lookup_name(current)
-        to = reg.version if reg is not None else version
-        if current != name or to != version:
-            changes.append({"type": name, "new_type": current, "from": version, "to": to})
-    return info, changes
+    info = file_info.info(path)
+    return info, schema.newer_versions(info.get("types") or {})
 
 
 def _backup_path(path: Path) -> Path:
@@ -519,8 +517,13 @@ def cmd_migrate(args) -> int:
     }
     result["up_to_date"] = not changes and info["format_version"] == fileformat.FORMAT_VERSION
     if args.dry_run:
-        current_state_dict(src)  # raises now what the migration would raise
+        if not result["up_to_date"]:
+            from ..file_migration import current_state_dict
+
+            current_state_dict(src)  # raises now what the migration would raise
     else:
+        from ..file_migration import migrate as migrate_file
+
         if args.in_place:
             backup = _backup_path(src)
             shutil.copy2(src, backup)

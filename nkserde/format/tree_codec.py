@@ -31,6 +31,10 @@ _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
 # and migrating recurse a few Python frames per level
 MAX_DEPTH = 128
 
+# The keys that mark a registered object in a stored tree: its type name
+# and schema version (nkserde.tree writes them; readers tell objects by them)
+TYPE, VERSION = "@type", "@version"
+
 
 def encode(
     tree,
