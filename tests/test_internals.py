@@ -96,7 +96,7 @@ ok = self._mine, cls._ours, point._asdict(), "_nkserde_wrapper", "_", obj.__dict
 
 def test_the_internals_modules_say_what_each_name_relies_on():
     """Every function of the internals modules has a docstring that names a
-    release (what it relies on, since when), so the README's list can say
+    release (what it relies on, since when), so the design page's list can say
     what breaks when."""
     for name in INTERNALS:
         tree = ast.parse((PACKAGE / name).read_text())
@@ -122,9 +122,11 @@ def _defined_names(module_source: str) -> set[str]:
     return names
 
 
-def test_the_readme_lists_exactly_the_functions_of_the_internals_modules():
-    readme = (PACKAGE.parent / "README.md").read_text()
-    section = readme.split("### What nkserde uses beyond NetKet's and JAX's public API", 1)[1].split("\n#", 1)[0]
+def test_the_design_page_lists_exactly_the_functions_of_the_internals_modules():
+    """docs/explanations/design.md, "What nkserde uses beyond NetKet's and
+    JAX's public API" (the README links to it)."""
+    readme = (PACKAGE.parent / "docs" / "explanations" / "design.md").read_text()
+    section = readme.split("## What nkserde uses beyond NetKet's and JAX's public API", 1)[1].split("\n#", 1)[0]
     for name in INTERNALS:
         listed = section.split(f"`nkserde/{name}`:", 1)[1].split("\n\n", 1)[0]
         # a bullet names its functions and tables before its first ": "
