@@ -134,6 +134,15 @@ def test_the_documentation_builds_without_warnings(tmp_path):
     assert (tmp_path / "html" / "reference" / "api.html").read_text().count("nkserde.load") > 1
 
 
+def test_the_api_reference_has_every_public_name():
+    import nkserde
+
+    page = (DOCS / "reference" / "api.md").read_text()
+    missing = [name for name in nkserde.__all__ if name != "errors" and f":: nkserde.{name}\n" not in page]
+    assert not missing, f"docs/reference/api.md lacks {missing}"
+    assert "automodule:: nkserde.errors" in (DOCS / "reference" / "errors.md").read_text()
+
+
 def test_the_readme_says_nothing_the_docs_do_not():
     """The README is the front page: each of its sections is a short
     pointer, and every link into docs/ names a page that exists."""
