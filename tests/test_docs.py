@@ -2,9 +2,10 @@
 every Python block of the README and of docs/ runs, the command line's
 ``--help`` texts in docs/reference/cli-help.md are the program's.
 
-A page's Python blocks run in order, in one new process in an empty
-directory, after ``from docs_system import *`` (tests/docs_system.py: the
-small system whose names the snippets use). The README's run on their own.
+A page's Python blocks run in order, in a directory and a namespace of
+their own made by tests/docs_system.py (the small system whose names the
+snippets use); the README's run on their own. All pages run in one process
+(tests/_docs_runner.py), so JAX compiles each function once.
 A block that cannot run alone is marked, on the line before it, with
 ``<!-- not run: why -->``.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import subprocess
@@ -57,24 +59,36 @@ def _name(page: Path) -> str:
     return page.relative_to(ROOT).as_posix()
 
 
+def _script(page: Path) -> str:
+    """The runnable blocks of ``page`` in order, each after a comment naming
+    its line (a traceback names the block)."""
+    parts = []
+    for line, code, why in python_blocks(page):
+        if why is None:
+            parts.append(f"# --- {_name(page)}:{line}\n{code}" + ("" if code.endswith("\n") else "\n"))
+    return "".join(parts)
+
+
+@pytest.fixture(scope="module")
+def snippet_results(tmp_path_factory):
+    """Every page's snippets, run once for the module in one process."""
+    work = tmp_path_factory.mktemp("docs")
+    pages = [{"page": _name(p), "code": _script(p), "system": p.name != "README.md"} for p in PAGES if _script(p)]
+    (work / "pages.json").write_text(json.dumps(pages))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    runner = [sys.executable, str(ROOT / "tests" / "_docs_runner.py"), work / "pages.json", work / "results.json", work]
+    done = subprocess.run(runner, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads((work / "results.json").read_text())
+
+
 @pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=_name)
-def test_every_python_block_of_a_page_runs(page, tmp_path):
+def test_every_python_block_of_a_page_runs(page, snippet_results):
     blocks = python_blocks(page)
     for line, _, why in blocks:
         assert why is None or why.strip(), f"{_name(page)}:{line}: a block marked not run says why"
-    runnable = [(line, code) for line, code, why in blocks if why is None]
-    if not runnable:
-        return
-    preamble = "" if page.name == "README.md" else "from docs_system import *  # noqa: F403\n"
-    script = preamble + "".join(
-        f"# --- {_name(page)}:{line}\n{code}" if code.endswith("\n") else f"# --- {_name(page)}:{line}\n{code}\n"
-        for line, code in runnable
-    )
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, f"{_name(page)}: a block failed\n{done.stderr[-4000:]}"
+    if _script(page):
+        assert snippet_results[_name(page)] is None, f"{_name(page)}: a block failed\n{snippet_results[_name(page)]}"
 
 
 def test_the_not_run_marker_is_seen():
