@@ -144,28 +144,6 @@ def test_an_infidelity_target_from_a_random_seed_is_the_same_run():
     assert changes(fingerprint(build()), fingerprint(build())) == []
 
 
-_PRINT_FINGERPRINT = """
-import json, sys
-sys.path.insert(0, {tests!r})
-from test_fingerprint import vmc
-from nkserde.checkpoint.run_fingerprint import fingerprint
-print(json.dumps(fingerprint(vmc(model="gcnn"))))
-"""
-
-
-def test_same_in_every_process_whatever_the_hash_seed():
-    """A GCNN's repr holds HashableArray hashes that differ between Python
-    processes; the fingerprint does not."""
-    script = _PRINT_FINGERPRINT.format(tests=str(Path(__file__).parent))
-    outputs = []
-    for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert outputs[0] == outputs[1] == fingerprint(vmc(model="gcnn"))
-
-
 def qsr(basis_letters="XYZ"):
     """NetKet's QSR on 4 spins: measurement bases as strings, which NetKet
     turns into an object array of operators (one per measurement)."""
@@ -177,25 +155,44 @@ def qsr(basis_letters="XYZ"):
     return nkx.QSR((sigma, bases), 16, optax.sgd(0.01), variational_state=vs, seed=7)
 
 
-_PRINT_QSR_FINGERPRINT = """
+_PRINT_FINGERPRINTS = """
 import json, sys
 sys.path.insert(0, {tests!r})
-from test_fingerprint import qsr
+from test_fingerprint import qsr, vmc
 from nkserde.checkpoint.run_fingerprint import fingerprint
-print(json.dumps(fingerprint(qsr())))
+print(json.dumps({{"gcnn": fingerprint(vmc(model="gcnn")), "qsr": fingerprint(qsr())}}))
 """
 
 
-def test_an_object_array_is_fingerprinted_by_content_in_every_process():
+@pytest.fixture(scope="module")
+def in_other_processes():
+    """The fingerprints of a GCNN's VMC and of a QSR, each computed in two
+    other Python processes of different hash seeds (one launch each for
+    both tests: a launch imports NetKet)."""
+    script = _PRINT_FINGERPRINTS.format(tests=str(Path(__file__).parent))
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return outputs
+
+
+def test_same_in_every_process_whatever_the_hash_seed(in_other_processes):
+    """A GCNN's repr holds HashableArray hashes that differ between Python
+    processes; the fingerprint does not."""
+    first, second = (out["gcnn"] for out in in_other_processes)
+    assert first == second == fingerprint(vmc(model="gcnn"))
+
+
+def test_an_object_array_is_fingerprinted_by_content_in_every_process(in_other_processes):
     """QSR's measurement bases are a numpy object array of operators: its
     bytes are pointers, different in every process (before: every restart
     of NetKet's QSR example was refused as another run). Described element
-    by element, this process and another agree, and other bases are another run."""
+    by element, this process and others agree, and other bases are another run."""
     here = fingerprint(qsr())
     bases = [v for k, v in here.items() if v.startswith("object[")]
     assert bases, here  # the bases are described, as an object array
-    script = _PRINT_QSR_FINGERPRINT.format(tests=str(Path(__file__).parent))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == here  # another process, other addresses
+    assert all(out["qsr"] == here for out in in_other_processes)  # other processes, other addresses
     assert any("object[" in line for line in changes(here, fingerprint(qsr(basis_letters="XZ"))))
