@@ -58,8 +58,9 @@ __all__ = [
 
 def _load_public_api() -> None:
     public = importlib.import_module(f"{__name__}._public")
-    for name in public.__all__:
-        globals()[name] = getattr(public, name)
+    for name in __all__:
+        if name not in globals():  # errors is imported above
+            globals()[name] = getattr(public, name)
 
 
 def __getattr__(name: str):

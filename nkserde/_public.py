@@ -1,6 +1,8 @@
-"""The public API of nkserde, loaded on first use of any ``nkserde.*``
-name (nkserde/__init__.py): it imports JAX, NetKet and the NetKet
-registrations, which the command line's header readers do without."""
+# ruff: noqa: F401  (a module of re-exports: nkserde/__init__.py takes its names)
+"""The public API of nkserde (the names of ``nkserde.__all__``), loaded on
+first use of any of them (nkserde/__init__.py): it imports JAX, NetKet and
+the NetKet registrations, which the command line's header readers do
+without."""
 
 from .api import from_state_dict, info, load, load_state_dict, save, save_state_dict, state_dict, verify
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
@@ -9,31 +11,10 @@ from .placement import per_process
 from .partial_load import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .registry import migration, register
-from . import netket as _netket_registrations  # noqa: F401,E402
+from . import netket as _netket_registrations  # noqa: E402  (registers NetKet's types)
 from .netket._common import find as _find  # noqa: E402
 
 if _find("netket.callbacks.AbstractCallback") is not None:
     from .checkpoint import Checkpoint, checkpointed  # noqa: E402
 else:  # NetKet 3.21: no callback API to hook a checkpoint into
     from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
-
-__all__ = [
-    "Checkpoint",
-    "LoadReport",
-    "PartialLoadWarning",
-    "checkpointed",
-    "from_state_dict",
-    "info",
-    "load",
-    "load_state_dict",
-    "migrate",
-    "migration",
-    "open",
-    "per_process",
-    "register",
-    "save",
-    "save_state_dict",
-    "set_load_limits",
-    "state_dict",
-    "verify",
-]

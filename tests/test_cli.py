@@ -427,3 +427,19 @@ def test_a_dry_run_of_an_old_file_imports_what_its_migration_needs_and_plans_as_
     types = nkserde.info(old)["types"]
     from_registry = schema.newer_versions(types, known=schema.current_versions())
     assert from_registry and schema.newer_versions(types) == from_registry
+
+
+def test_import_nkserde_loads_the_api_on_first_use():
+    """``import nkserde`` imports neither JAX nor NetKet; the first API name
+    does, with NetKet's types registered, and every name of __all__ is there."""
+    script = (
+        "import json, sys, nkserde\n"
+        f"before = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
+        "from nkserde import *\n"
+        "from nkserde import registry\n"
+        "print(json.dumps({'before': before, 'netket': 'netket' in sys.modules,\n"
+        "    'missing': [n for n in nkserde.__all__ if not hasattr(nkserde, n)],\n"
+        "    'vmc': registry.lookup_name('netket.driver.VMC') is not None}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    assert json.loads(done.stdout) == {"before": [], "netket": True, "missing": [], "vmc": True}
