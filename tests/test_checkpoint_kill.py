@@ -385,7 +385,7 @@ def test_sigint_while_a_step_ends(runner, reference, tmp_path):
 def test_rerun_after_the_end_changes_nothing(driver, runner, reference, tmp_path):
     """A job requeued after it has finished (or killed after its final
     checkpoint): the rerun loads the final checkpoint, does no step, logs
-    nothing new and writes no checkpoint (README: "A run that already
+    nothing new and writes no checkpoint (docs/guides/resume.md: "A run that already
     reached its end returns at once")."""
     ref = reference(driver)
     runner.run_to_end(driver, tmp_path, *OPTIONS[driver])

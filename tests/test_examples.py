@@ -1,5 +1,5 @@
-"""The README's first commands: examples/*.py run as a user runs them, in a
-subprocess, and say what the README says they say."""
+"""The first commands of docs/getting-started.md: examples/*.py run as a user runs them, in a
+subprocess, and say what the page says they say."""
 
 from __future__ import annotations
 
