@@ -115,7 +115,7 @@ def read_fingerprint(directory: Path) -> dict | None:
     A damaged one (not a JSON object, or past the header limit: it is a few
     KiB) is a CorruptFileError naming it."""
     path = Path(directory) / FINGERPRINT_FILE
-    if not path.is_file():
+    if not path.exists():  # anything else there (a directory, a fifo) is read, and refused
         return None
     fields = bounded.read_json(path, limits.current().max_header_bytes, "run fingerprint")
     if not isinstance(fields, dict):
