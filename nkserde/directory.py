@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 
 from . import format as fileformat
-from .errors import CorruptFileError, NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, NkserdeError
 from .format import bounded, limits
 from .format.atomic import atomic_write, pid_alive
 
@@ -59,12 +59,18 @@ def runs(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def verifies(path: Path) -> bool:
+def problem(path: Path) -> str | None:
+    """None if the file verifies (every checksum, the structure), else what
+    is wrong, in one line."""
     try:
         fileformat.drain(fileformat.verify_steps(Path(path)))
-        return True
-    except (CorruptFileError, UnsupportedVersionError, OSError):
-        return False
+        return None
+    except (NkserdeError, OSError) as exc:  # CorruptFileError, UnsupportedVersionError, FileReadError
+        return " ".join(str(exc).split())
+
+
+def verifies(path: Path) -> bool:
+    return problem(path) is None
 
 
 def latest(directory: Path, *, warn: bool = False) -> Path | None:

@@ -342,7 +342,7 @@ def cmd_verify(args) -> int:
         elif path.is_dir():
             problem = f"{path}: a directory without checkpoints"
         else:
-            problem = listing.problem(path)
+            problem = directory.problem(path)
         info = None
         if problem is None:
             info = file_info.info(path)

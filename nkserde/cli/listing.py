@@ -23,16 +23,6 @@ from .. import format as fileformat
 from ..errors import CorruptFileError, NkserdeError
 
 
-def problem(path: Path) -> str | None:
-    """None if the file verifies (every checksum, the structure), else what
-    is wrong, in one line."""
-    try:
-        fileformat.drain(fileformat.verify_steps(Path(path)))
-        return None
-    except (NkserdeError, OSError) as exc:
-        return " ".join(str(exc).split())
-
-
 def fingerprint_of(directory: Path) -> dict | None:
     """``fingerprint.json`` of a Checkpoint directory and a short digest of
     it: ``{"digest": 12 hex digits, "fields": {...}}``; None if absent,
@@ -164,7 +154,7 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
                 "resume": False,
             }
             if verify:
-                entry["problem"] = problem(file)
+                entry["problem"] = directory_layout.problem(file)
                 entry["verifies"] = entry["problem"] is None
             try:
                 entry.update(summary(file))
