@@ -217,10 +217,11 @@ def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
 
 def rebuild(template, state, path=(), *, report=None) -> Any:
     """:func:`from_state_dict`, counting the values restored in ``report``
-    (a partial.LoadReport). With a non-strict report the load is lenient: an entry missing in ``state``, or whose shape,
-    dtype or type differs, keeps the template's value and an entry of
-    ``state`` the template has no place for is not used, each named in the
-    report, instead of raising TemplateMismatchError."""
+    (a partial_load.LoadReport). With a non-strict report the load is
+    lenient: an entry missing in ``state``, or whose shape, dtype or type
+    differs, keeps the template's value and an entry of ``state`` the
+    template has no place for is not used, each named in the report,
+    instead of raising TemplateMismatchError."""
     token = _REPORT.set(report)
     try:
         return from_state_dict(template, state, path)
@@ -394,7 +395,7 @@ def _unwrap(value):
 
 
 def _restore_per_process(template, state, path):
-    """This process's value of a per-process field (see parts.PerProcess)."""
+    """This process's value of a per-process field (see placement.PerProcess)."""
     derive = template.derive if isinstance(template, PerProcess) else None
     template = template.value if isinstance(template, PerProcess) else template
     if isinstance(state, PerProcess):  # an in-memory state dict: this process's own value
@@ -427,7 +428,7 @@ def _restore_per_process(template, state, path):
 
 def _resize(template, state, path, announce=True):
     """``state`` with its leading axis cut or filled to the template's length
-    (see parts.Resizable); unchanged if the shapes already agree."""
+    (see placement.Resizable); unchanged if the shapes already agree."""
     if not isinstance(state, np.ndarray) or not hasattr(template, "shape"):
         return state
     t_shape = tuple(template.shape)

@@ -6,11 +6,11 @@ table); values msgpack cannot carry exactly get a one-key marker map:
 ``{"@complex": [re, im]}``. Keys starting with ``@`` are therefore reserved;
 the layer above never produces them in user data.
 
-A per-process value (``parts.PerProcess``) of a run of P processes becomes
+A per-process value (``placement.PerProcess``) of a run of P processes becomes
 ``{"@per_process": [t_0, ..., t_{P-1}]}``, one subtree per process with the
 same structure; their arrays are rows of one stacked ``[P, ...]`` array each,
 referenced as ``{"@stacked": i}`` (row r in t_r). It decodes to
-``parts.ProcessValues``.
+``placement.ProcessValues``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ _METROPOLIS = {
 
 # Fields whose leading axis is the chain axis: a load into a sampler with a
 # different number of chains keeps what fits and fills new chains from the
-# saved ones (with a warning) instead of refusing (see parts.Resizable).
+# saved ones (with a warning) instead of refusing (see placement.Resizable).
 _PER_CHAIN = {
     "chains",
     "log_prob",
