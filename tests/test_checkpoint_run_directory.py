@@ -1,10 +1,12 @@
 """nkserde.directory.RunDirectory: one run's files."""
 
 import numpy as np
+import pytest
 
 import nkserde
 from nkserde.checkpoint.retention import Retention
 from nkserde.directory import RunDirectory
+from nkserde.errors import FileReadError
 
 
 def _write(files: RunDirectory, step: int):
@@ -50,3 +52,14 @@ def test_retire_deletes_what_the_policy_does_not_keep(tmp_path):
         _write(files, step)
     assert files.retire(Retention(keep=2), newest=3) == [1]
     assert files.steps() == [2, 3, 4]
+
+
+def test_a_fingerprint_that_is_not_a_file_is_refused_not_taken_as_absent(tmp_path):
+    """A directory named fingerprint.json (a half-copied run, a mistake) is an
+    error naming it, not a directory without a fingerprint: resume="auto"
+    must not skip the same-script check because of it."""
+    (tmp_path / "fingerprint.json").mkdir()
+    files = RunDirectory(tmp_path)
+    assert files.has_history()
+    with pytest.raises(FileReadError, match="fingerprint.json"):
+        files.read_fingerprint()
