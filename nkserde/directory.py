@@ -7,6 +7,7 @@ what is *in* a checkpoint file is nkserde.checkpoint_file's).
       step-0000000015.nks      one checkpoint: 15 completed steps
       fingerprint.json         what defines the run (nkserde.checkpoint.run_fingerprint)
       .lock                    while a run uses the directory (DirectoryLock)
+      error-requeues           how often SLURM jobs of the run were requeued after it failed
       previous-<time>/         checkpoints moved aside by resume="never"
     ckpt/                      a checkpointed(...) directory
       run-0/ run-1/ ...        one Checkpoint directory per run() call
@@ -33,6 +34,7 @@ STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
 RUN_DIRECTORY = re.compile(r"^run-(\d+)$")
 FINGERPRINT_FILE = "fingerprint.json"  # what defines the run of a Checkpoint directory
 LOCK_FILE = ".lock"
+ERROR_REQUEUES_FILE = "error-requeues"  # a count: Checkpoint(requeue_on_error=N)
 PREVIOUS = "previous-"  # + a time: checkpoints moved aside
 
 
@@ -172,6 +174,19 @@ class RunDirectory:
     def write_fingerprint(self, fingerprint: dict) -> None:
         write_fingerprint(self.path, fingerprint)
 
+    def error_requeues(self) -> int:
+        """How often a job of this run was requeued after the run failed (0
+        when never; an unreadable count counts as 0)."""
+        try:
+            text = bounded.read_capped(self.path / ERROR_REQUEUES_FILE, 64, "requeue count").decode()
+            return max(0, int(text.strip()))
+        except (OSError, ValueError, NkserdeError):
+            return 0
+
+    def count_error_requeue(self) -> None:
+        with atomic_write(self.path / ERROR_REQUEUES_FILE) as f:
+            f.write(f"{self.error_requeues() + 1}\n".encode())
+
     def move_aside(self) -> Path:
         """Moves every checkpoint and the fingerprint into a new
         ``previous-<time>/`` (nothing is deleted); returns it."""
@@ -199,12 +214,16 @@ UNREADABLE_GRACE = 10.0
 
 
 class DirectoryLock:
-    """``<directory>/.lock``, holding ``"<host> <pid>"`` of its owner.
+    """``<directory>/.lock``, holding ``"<host> <pid>"`` of its owner, and
+    in a SLURM job ``" slurm:<job id>:<restart count>"``.
 
     :meth:`acquire` creates it exclusively (``O_EXCL``) or raises
     NkserdeError naming the owner. A lock left by a dead process of this
-    host (a killed job) is stale and taken over; a lock of another host is
-    never taken (its process cannot be checked from here). A lock file
+    host (a killed job) is stale and taken over; so is one of an earlier
+    attempt of this same SLURM job, whichever host it ran on (SLURM runs
+    one attempt of a job at a time: a requeued job that was killed on
+    another node takes its directory back). Any other lock of another host
+    is never taken (its process cannot be checked from here). A lock file
     without an owner in it (a process killed between creating and writing
     it) is stale once it is ``UNREADABLE_GRACE`` seconds old."""
 
@@ -214,12 +233,14 @@ class DirectoryLock:
 
     def acquire(self) -> None:
         me = f"{socket.gethostname()} {os.getpid()}"
+        job = _slurm_attempt()
+        content = me if job is None else f"{me} slurm:{job[0]}:{job[1]}"
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 host, pid = self.owner()
-                if self._stale(host, pid):
+                if self._stale(host, pid) or self._earlier_attempt(job):
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
                     continue
@@ -233,7 +254,7 @@ class DirectoryLock:
                     f"{self.path}); two runs must not share a directory"
                 ) from None
             with os.fdopen(fd, "w") as f:
-                f.write(me)
+                f.write(content)
             self.held = True
             return
         raise NkserdeError(f"{self.path}: could not take over a stale lock")
@@ -241,11 +262,24 @@ class DirectoryLock:
     def owner(self) -> tuple[str, str]:
         """(host, pid) written in the lock file; ("", "") when it is
         unreadable or half written."""
-        try:  # "host pid": a few bytes; a larger file is not an owner
-            host, pid = bounded.read_capped(self.path, 1024, "lock file").decode().split()
+        fields = self._fields()
+        return (fields[0], fields[1]) if len(fields) >= 2 else ("", "")
+
+    def _fields(self) -> list[str]:
+        try:  # "host pid [slurm:job:restart]": a few bytes; a larger file is not an owner
+            fields = bounded.read_capped(self.path, 1024, "lock file").decode().split()
         except (OSError, ValueError, NkserdeError):
-            return "", ""
-        return host, pid
+            return []
+        return fields if len(fields) in (2, 3) else []
+
+    def _earlier_attempt(self, job: tuple[str, int] | None) -> bool:
+        """Whether the lock was taken by an earlier attempt of ``job`` (this
+        process's SLURM job: id, restart count)."""
+        fields = self._fields()
+        if job is None or len(fields) != 3 or not fields[2].startswith("slurm:"):
+            return False
+        _, job_id, restart = (fields[2].split(":") + ["", ""])[:3]
+        return job_id == job[0] and restart.isdigit() and int(restart) < job[1]
 
     def _stale(self, host: str, pid: str) -> bool:
         if host == socket.gethostname() and pid.isdigit():
@@ -265,3 +299,12 @@ class DirectoryLock:
             with contextlib.suppress(FileNotFoundError):
                 self.path.unlink()
             self.held = False
+
+
+def _slurm_attempt() -> tuple[str, int] | None:
+    """(job id, restart count) of the SLURM job this process runs in, or None."""
+    job_id = os.environ.get("SLURM_JOB_ID", "").strip()
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
+    if not job_id:
+        return None
+    return job_id, int(restarts) if restarts.isdigit() else 0
