@@ -1,6 +1,6 @@
 """Interrupt a checkpointed run, then resume it by running the same script again.
 
-    python examples/resume_after_interrupt.py --interrupt-at 30   # stops itself at step 30
+    python examples/resume_after_interrupt.py --interrupt-at 30   # stops itself at step 30, exit status 75
     python examples/resume_after_interrupt.py                     # resumed from step 30, finishes
 
 A small VMC (8-site Ising chain, RBM) runs 100 steps. The only nkserde line
@@ -12,8 +12,10 @@ before the unchanged ``gs.run(n_iter=100, out=directory / "log")``.
 
 With ``--interrupt-at K`` the script sends itself SIGTERM at step K, as a
 cluster scheduler does before it ends a job: the checkpoint callback lets
-step K finish, checkpoints it (K need not be a multiple of ``every``) and
-stops the run cleanly; ``run`` returns and the script exits normally. This
+step K finish, checkpoints it (K need not be a multiple of ``every``),
+stops the run and ends the program with exit status 75
+(``nkserde.checkpoint.EXIT_INTERRUPTED``): nothing after ``run()`` works on
+the unfinished state, and nkserde's last line says how to resume. This
 first run starts fresh (``resume="never"``: checkpoints of an earlier run
 are moved to ``previous-<time>/``, not deleted).
 
@@ -121,15 +123,8 @@ def main():
 
     (log,) = gs.run(n_iter=N_ITER, out=str(args.dir / "log"), callback=callbacks, show_progress=False)
 
-    ckpt = gs.last_checkpoint
+    # only a run that reached its end gets here: a signal ends the program
     energies = log.data["Energy"]
-    if ckpt.interrupted:
-        print(
-            f"interrupted by {ckpt.interrupted} after step {ckpt.steps()[-1]}; checkpoints in "
-            f"{ckpt.directory} ({time.perf_counter() - t0:.1f} s)"
-        )
-        print("run the same command without --interrupt-at to resume")
-        return
     exact = nk.exact.lanczos_ed(hamiltonian)[0]
     steps = np.asarray(energies.iters)
     assert list(steps) == list(range(N_ITER)), "the log should hold every step once"

@@ -14,10 +14,21 @@ if logger.level == logging.NOTSET:
 
 
 def say(message: str, level: int = logging.INFO) -> None:
-    if not logger.isEnabledFor(level):
+    """One line. In a run of several JAX processes, information comes from
+    process 0 alone (the same line from 1024 processes says nothing more);
+    warnings from every process that has one."""
+    if not logger.isEnabledFor(level) or (level < logging.WARNING and _not_process_0()):
         return
     if logger.hasHandlers():
         logger.log(level, message)
     else:
         sys.stderr.write(f"nkserde: {message}\n")
         sys.stderr.flush()
+
+
+def _not_process_0() -> bool:
+    if "jax" not in sys.modules:  # the command line: one process
+        return False
+    from . import jax_internals
+
+    return jax_internals.process_id() != 0

@@ -42,3 +42,14 @@ def distributed_client():
     from jax._src import distributed
 
     return distributed.global_state.client
+
+
+def process_id() -> int:
+    """This process's index in the multi-process run, 0 before (or
+    without) ``jax.distributed.initialize``, read without initializing a
+    backend (``jax.process_index()`` would, and ``initialize`` must come
+    first). Relies on ``jax._src.distributed.global_state.process_id``
+    (JAX 0.4 to 0.10)."""
+    from jax._src import distributed
+
+    return int(distributed.global_state.process_id or 0)

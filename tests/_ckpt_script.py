@@ -18,6 +18,9 @@ It prints, one line each, flushed:
     step <k>                     in on_step_end of step k (k = 1, 2, ...),
                                  after the loggers and the Checkpoint
     writing <file>               see CKPT_SLOW_WRITE
+    run_end step_count=<n> params <digest>
+                                 in on_run_end, after the Checkpoint's (also
+                                 when a signal ends the program: exit 75)
     finished step_count=<n> t=<t> params <digest>
     interrupted <signal name|None>   (the Checkpoint's ``interrupted``)
 
@@ -98,6 +101,9 @@ class Printer(nk.callbacks.AbstractCallback):
     def on_run_start(self, step, driver):
         ckpt = checkpoint()
         say(f"resumed_from {None if ckpt is None else ckpt.resumed_from} params {digest(driver)}")
+
+    def on_run_end(self, step, driver):
+        say(f"run_end step_count={driver.step_count} params {digest(driver)}")
 
     def on_step_end(self, step, log_data, driver):
         # NetKet increments step_count after on_step_end

@@ -277,14 +277,23 @@ class Interrupt(nk.callbacks.AbstractCallback):
 def checkpointed_run(name, steps, how):
     driver = nkserde.checkpointed(BUILD[name](), workdir / "ckpt", every=2, async_save=not how.startswith("kill"))
     callbacks = [] if how == "run" else [Interrupt(how)]
-    driver.run(amount(name, steps), out=str(workdir / "out" / "log"), callback=callbacks, show_progress=False)
+    exit_status = 0
+    try:
+        driver.run(amount(name, steps), out=str(workdir / "out" / "log"), callback=callbacks, show_progress=False)
+    except SystemExit as stop:  # a signal ends the program once checkpointed (exit 75): noted, not passed on
+        exit_status = stop.code
     ckpt = driver.last_checkpoint
     report(
         driver,
         resumed_from=np.asarray(-1 if ckpt.resumed_from is None else ckpt.resumed_from),
         interrupted=np.asarray(str(ckpt.interrupted)),
     )
-    np.savez(workdir / f"rank-{rank}.npz", step_count=driver.step_count, interrupted=str(ckpt.interrupted))
+    np.savez(
+        workdir / f"rank-{rank}.npz",
+        step_count=driver.step_count,
+        interrupted=str(ckpt.interrupted),
+        exit_status=exit_status,
+    )
 
 
 class CountRequests(nk.callbacks.AbstractCallback):

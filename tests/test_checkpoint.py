@@ -87,12 +87,32 @@ def test_finished_run_resumes_to_nothing_to_do(tmp_path, reference):
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.glob("step-*.nks")} == files
 
 
-def test_signal_checkpoints_and_stops_cleanly(tmp_path, reference):
+class RunEnds(nk.callbacks.AbstractCallback):
+    """Records the on_run_end calls NetKet (or the Checkpoint) makes."""
+
+    calls: list = nk.utils.struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self):
+        self.calls = []
+
+    def on_run_end(self, step, driver):
+        self.calls.append(driver.step_count)
+
+
+def test_signal_checkpoints_and_ends_the_program(tmp_path, reference):
     first = B.vmc()
     interrupted = nkserde.Checkpoint(tmp_path, every=100)
-    first.run(N_STEPS, out=None, show_progress=False, callback=[interrupted, SignalAt(2)])
+    ends = RunEnds()
+    log = nk.logging.RuntimeLog()
+    with pytest.raises(SystemExit) as exited:
+        first.run(N_STEPS, out=log, show_progress=False, callback=[interrupted, SignalAt(2), ends])
+    # the program ends with EX_TEMPFAIL, so nothing after run() starts
+    # from the unfinished state; the other callbacks were finished first
+    assert exited.value.code == nkserde.checkpoint.EXIT_INTERRUPTED == 75
+    assert ends.calls == [3]
     assert interrupted.interrupted == "SIGUSR1"
-    # the step in progress finished, was checkpointed, and the run returned
+    assert log.data["Energy"].iters.tolist() == [0, 1, 2]
+    # the step in progress finished and was checkpointed
     assert first.step_count == 3
     assert nkserde.Checkpoint(tmp_path).steps() == [3]
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers restored

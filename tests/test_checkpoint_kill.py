@@ -327,8 +327,10 @@ def test_sigterm_checkpoints_and_stops_cleanly(driver, runner, reference, tmp_pa
     script waits in the end of step k: the run stops cleanly at the next step
     boundary with a checkpoint of every step it completed (step k, or k + 1
     if it lets the step under way finish; off the every=2 schedule or not),
-    and the script goes on and exits 0. The rerun starts from exactly the
-    parameters the stopped run ended with."""
+    the other callbacks finish (on_run_end), and the program ends with exit
+    status 75: the code after run() does not run on the unfinished state.
+    The rerun starts from exactly the parameters the stopped run ended
+    with."""
     ref = reference(driver)
     k = random.Random(f"sigterm {driver}").randint(2, STEPS - 2)  # 4, 6, 6
     release = tmp_path / "release"
@@ -336,10 +338,10 @@ def test_sigterm_checkpoints_and_stops_cleanly(driver, runner, reference, tmp_pa
     first.wait_for(f"step {k}")  # printed in on_step_end, which then waits for the release file
     first.send(signal.SIGTERM)
     release.touch()  # the signal is pending in the child before it can see the file
-    assert first.finish() == 0, first.output
-    assert first.find("Stopping early because of : +received .*SIGTERM.*"), first.output
-    assert first.find("interrupted SIGTERM"), first.output
-    stopped = first.find(r"finished step_count=\d+ t=.* params (\w+)").group(1)
+    assert first.finish() == 75, first.output  # nkserde.checkpoint.EXIT_INTERRUPTED
+    assert first.find(".*: interrupted by SIGTERM after step .*"), first.output
+    assert not first.find("finished step_count"), first.output
+    stopped = first.find(r"run_end step_count=\d+ params (\w+)").group(1)
     saved = saved_steps(tmp_path)
     assert saved and saved[-1] in (k, k + 1), (k, saved, first.output)
     assert step_lines(first)[-1] in (k, k + 1)

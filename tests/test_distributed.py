@@ -201,12 +201,13 @@ def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path)
     """SIGTERM reaches process 1 only, after step 1 (background saves): it
     asks for a stop two steps on (coordination.StopFlag: the others read
     the flag from a thread while a step runs, and may have started step 1
-    already), and both processes stop after step 3 with a checkpoint of it;
-    the rerun finishes."""
+    already), and both processes stop after step 3 with a checkpoint of it
+    and end their program with exit status 75; the rerun finishes."""
     launch(2, ["ckpt", tmp_path, "vmc", STEPS, "sigterm:1"], jax_cache=cache)
     for r in range(2):
         got = np.load(tmp_path / f"rank-{r}.npz")
         assert int(got["step_count"]) == 3 and str(got["interrupted"]) == "SIGTERM", r
+        assert int(got["exit_status"]) == 75, r
     assert (tmp_path / "ckpt" / "run-0" / "step-0000000003.nks").exists()
     launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
     result = assert_same_checkpointed_run(runs["vmc"], tmp_path)

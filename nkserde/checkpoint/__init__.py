@@ -10,6 +10,9 @@
     writer.py         one write in flight, errors raised later, finished at exit
     background.py     a write advanced by a low-priority thread or the caller
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
+    scheduler.py      the job around a run: walltime stop, why a signal came, requeue
+    walltime.py       when to stop before the job's end: a pure policy on measured times
+    slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
 
 Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet. The
@@ -18,6 +21,7 @@ directory's files (naming, lock, fingerprint.json) are nkserde.directory's.
 
 from . import run_fingerprint as _fingerprint
 from .callback import RESUME_MODES, Checkpoint
+from .scheduler import EXIT_INTERRUPTED
 from .stops import FINAL_STOPS
 from .wrapper import checkpointed, reset_run_numbering
 
@@ -25,6 +29,7 @@ fingerprint = _fingerprint.fingerprint
 fingerprint_changes = _fingerprint.changes
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "FINAL_STOPS",
     "RESUME_MODES",
     "Checkpoint",

@@ -34,6 +34,7 @@ import itertools
 import logging
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,11 @@ from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
-from . import run_fingerprint
+from . import run_fingerprint, scheduler
 from .choice import choose_checkpoint
 from .retention import Retention
+from .scheduler import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME, JobControl
+from .slurm import current_job
 from .signals import SignalCatcher
 from .snapshot import host_copy
 from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop
@@ -127,9 +130,25 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         in flight, and the checkpoint of step k is on disk before step k+1
         ends: if the thread has not finished by then (a busy node), the
         run's thread writes the rest itself.
-      signals: on these signals, finish the current step, checkpoint and
-        stop the run cleanly (SLURM sends SIGTERM, or SIGUSR1 with
-        ``--signal``).
+      signals: on these signals, finish the current step, checkpoint, stop
+        the run and end the program with exit status 75 (``SystemExit``;
+        ``EXIT_INTERRUPTED``), so nothing after ``run()`` works on an
+        unfinished state. SLURM sends SIGTERM when it ends a job, or SIGUSR1
+        with ``--signal=USR1@N``.
+      requeue: ``"auto"`` (in a SLURM batch job, when the scheduler stopped
+        the run: the walltime stop, the job's ``--signal``, SIGTERM at its
+        time limit; process 0 requeues the job once the checkpoint is on
+        disk, if the job completed a step and can be requeued) or
+        ``"never"`` (the job script decides: the exit status is 75).
+      requeue_on_error: how often a run that fails (raises) has its SLURM
+        job requeued, counted over the run's jobs in ``directory``
+        (default 0: a failing run is never requeued).
+      walltime: ``"auto"`` (in a SLURM job, its time left, read when the run
+        starts), a number of seconds from the run's start (any scheduler),
+        or None: the run stops with a checkpoint, as on a signal, when the
+        time left falls below what this run measured for a step plus a
+        checkpoint (with a margin): no ``--signal`` is needed and no
+        completed step is lost. Outside SLURM, ``"auto"`` does nothing.
       final_stops: callback types whose StopRun ends the run for good
         (convergence criteria); a StopRun of any other callback (e.g.
         ``nk.callbacks.Timeout``) is an interruption that the next run of
@@ -170,6 +189,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     signals: tuple = struct.field(pytree_node=False, serialize=False)
     final_stops: tuple = struct.field(pytree_node=False, serialize=False)
     on_write_error: str = struct.field(pytree_node=False, serialize=False)
+    requeue: str = struct.field(pytree_node=False, serialize=False)
+    requeue_on_error: int = struct.field(pytree_node=False, serialize=False)
+    walltime: Any = struct.field(pytree_node=False, serialize=False)
     init_from: Path | None = struct.field(pytree_node=False, serialize=False)
     at: str | None = struct.field(pytree_node=False, serialize=False)
     strict: bool = struct.field(pytree_node=False, serialize=False)
@@ -181,6 +203,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _retention: Retention = struct.field(pytree_node=False, serialize=False)
     _writer: CheckpointWriter = struct.field(pytree_node=False, serialize=False)
     _signals: SignalCatcher = struct.field(pytree_node=False, serialize=False)
+    _job: JobControl | None = struct.field(pytree_node=False, serialize=False)
     # the run being checkpointed
     _run: Any = struct.field(pytree_node=False, serialize=False)
 
@@ -197,6 +220,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         signals=(signal.SIGTERM, signal.SIGUSR1),
         final_stops=FINAL_STOPS,
         on_write_error: str = "warn",
+        requeue: str = "auto",
+        requeue_on_error: int = 0,
+        walltime="auto",
         init_from=None,
         at: str | None = None,
         strict: bool = True,
@@ -208,6 +234,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise ValueError(f"on_write_error must be one of {WRITE_ERROR_MODES}, got {on_write_error!r}")
         if every < 1 or keep < 1:
             raise ValueError("every and keep must be >= 1")
+        if requeue not in REQUEUE_MODES:
+            raise ValueError(f"requeue must be one of {REQUEUE_MODES}, got {requeue!r}")
+        if isinstance(requeue_on_error, bool) or not isinstance(requeue_on_error, int) or requeue_on_error < 0:
+            raise ValueError(f"requeue_on_error must be an int >= 0, got {requeue_on_error!r}")
+        if not (
+            walltime is None
+            or walltime == "auto"
+            or (isinstance(walltime, (int, float)) and not isinstance(walltime, bool) and walltime > 0)
+        ):
+            raise ValueError(f'walltime must be "auto", None or a positive number of seconds, got {walltime!r}')
         self.directory = Path(directory)
         self.every, self.keep, self.keep_every = int(every), int(keep), keep_every
         self.resume = resume
@@ -216,6 +252,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.signals = tuple(signals)
         self.final_stops = tuple(final_stops)
         self.on_write_error = on_write_error
+        self.requeue, self.requeue_on_error, self.walltime = requeue, requeue_on_error, walltime
         self.init_from = None if init_from is None else Path(init_from)
         self.at, self.strict, self.rename = at, bool(strict), rename
         self.resumed_from = None
@@ -227,6 +264,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self.signals,
             busy=lambda: self._run is not None and self._run.dirty_step is not None,
         )
+        self._job = None
         self._run = None
 
     @property
@@ -282,7 +320,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             # (a script may build it before jax.distributed.initialize())
             self._signals.defer_sigint = not multi_process()
             self._signals.install()
-            if multi_process() and self.signals:
+            # the job: process 0 alone asks SLURM, and decides
+            self._job = JobControl.start(
+                current_job() if jax.process_index() == 0 else None,
+                requeue=self.requeue,
+                walltime=self.walltime if jax.process_index() == 0 else None,
+                lag_steps=2 if multi_process() else 0,  # the stop flag's slack (coordination.StopFlag)
+                label=str(self.directory),
+                now=time.monotonic(),
+            )
+            if multi_process() and (self.signals or self.walltime is not None):
                 run.stop = stop_flag(_numbered(coordination_name("checkpoint:stop", self.directory)))
             self._run = run
         except BaseException:
@@ -297,7 +344,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # The checkpoint taken at this step's start must be on disk before
         # the step ends: a background write that lags (a busy node starves
         # its low-priority thread) is finished here, at the run's priority.
+        lags = len(self._writer.lags)
         self.wait()
+        if self._job is not None and len(self._writer.lags) > lags:
+            self._job.saved(self._writer.lags[-1][1])
 
     def on_step_start(self, step, log_data, driver):
         run = self._run
@@ -306,7 +356,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # Every callback has finished the previous step and NetKet has
         # counted it: the driver is exactly `step_count` steps in.
         run.dirty_step = None
+        if driver.step_count > run.completed:
+            scheduler.count_step()
         run.completed = driver.step_count
+        now = time.monotonic()
+        self._job.step_started(now)
         if run.end_step is not None and driver.step_count >= run.end_step:
             # NetKet 3.22's loop, resumed, would run on past the end (see
             # run_loop.fix_target_step)
@@ -320,14 +374,15 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise KeyboardInterrupt
         # stop together: a signal may reach the processes at different steps
         # (one non-blocking request per step; see coordination.StopFlag)
-        stop = self._signals.received if run.stop is None else run.stop.check(run.completed, self._signals.received)
+        requested = self._signals.received or (WALLTIME if self._job.due(now) else None)
+        stop = requested if run.stop is None else run.stop.check(run.completed, requested)
         if stop is not None:
-            self.interrupted = signal.Signals(stop).name
+            run.stopped_by = stop
+            self.interrupted = scheduler.stop_name(stop)
             if run.last_saved != run.completed:
                 self._save(driver, asynchronous=False)
-            raise nk.callbacks.StopRun(
-                f"received {self.interrupted}: checkpointed step {run.completed} in {self.directory}"
-            )
+            what = "the job's time limit is near" if stop == WALLTIME else f"received {self.interrupted}"
+            raise nk.callbacks.StopRun(f"{what}: checkpointed step {run.completed} in {self.directory}")
         if run.completed % self.every == 0 and run.last_saved != run.completed:
             self._save(driver, asynchronous=self.async_save)
 
@@ -364,9 +419,21 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 )
         finally:
             interrupt_pending = self._signals.interrupt_pending
+            job = self._job
             self._finish()
+        if interrupt_pending or run.stopped_by is not None:
+            # The program ends here; NetKet would call the other callbacks'
+            # on_run_end after this one: call them first (loggers flush).
+            run_loop.end_other_callbacks(self, step, driver)
         if interrupt_pending:  # Ctrl-C during the last step: saved, now raise it
             raise KeyboardInterrupt
+        if run.stopped_by is not None:
+            # a signal or the walltime: requeue (process 0), then end the
+            # program, so that no later code or run() starts from this
+            # unfinished state
+            if jax.process_index() == 0:
+                job.after_stop(run.stopped_by, self.signals)
+            raise SystemExit(EXIT_INTERRUPTED)
 
     def on_run_error(self, step, error, driver):
         # A run that failed to start (e.g. a fingerprint mismatch raised in
@@ -396,7 +463,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         except Exception as exc:  # never mask the error that stopped the run
             warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=2)
         finally:
+            job = self._job
             self._finish(raise_write_error=False)
+        if isinstance(error, Exception) and jax.process_index() == 0 and job is not None and self.requeue_on_error:
+            self._requeue_after_error(job)
+
+    def _requeue_after_error(self, job: JobControl):
+        try:
+            count = self._files.error_requeues()
+            # counted before the requeue: SLURM ends the job as soon as it is requeued
+            job.after_error(count, self.requeue_on_error, count_it=self._files.count_error_requeue)
+        except Exception as exc:  # never mask the error that stopped the run
+            say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)
 
     # ----------------------------------------------------------------- resume
 
@@ -509,6 +587,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         run = self._run
         completed = run.completed
         run.last_saved = completed  # a failed checkpoint is not retried at the same step
+        started = time.monotonic()
         self._settle_write_error()
         state = api.state_dict(self._payload(driver, run, completed, stopped))
         if asynchronous:
@@ -518,6 +597,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous, target=path)
         except NkserdeError as exc:
             self._write_failed(exc)
+        if not asynchronous and self._job is not None:
+            self._job.saved(time.monotonic() - started)
 
     def _settle_write_error(self):
         """The error of the last write, if it failed: raised or warned about
@@ -551,8 +632,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def _finish(self, raise_write_error=True):
         if self._run is not None and self._run.stop is not None:
             self._run.stop.close()
-        self._run = None
+        self._run, self._job = None, None
         self._signals.restore()
+        if current_job() is not None:  # every process of the job
+            scheduler.absorb_late_signals(self.signals)
         self._files.lock.release()
         if raise_write_error:
             self._settle_write_error()
@@ -573,6 +656,7 @@ class _Run:
         self.dirty_step: int | None = None  # the step whose update has begun, until it completes
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
         self.stop = None  # a StopFlag shared by the processes of a multi-process run
+        self.stopped_by: int | None = None  # the signal (or WALLTIME) that stopped the run
 
 
 _RUNS: dict[str, itertools.count] = {}

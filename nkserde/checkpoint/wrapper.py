@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .._log import say
 from .callback import Checkpoint
 
 # run() calls made so far in this process per checkpointed(...) directory
 _RUN_CALLS: dict[str, int] = {}
+# per directory, the run() call of this process that was interrupted (a
+# Timeout, a StopRun that is not final): the later ones do not start
+_INTERRUPTED: dict[str, str] = {}
 
 
 def reset_run_numbering() -> None:
@@ -16,6 +20,7 @@ def reset_run_numbering() -> None:
     ``run-0`` again, as in a new process: for tests and notebooks that
     restart a script within one Python process."""
     _RUN_CALLS.clear()
+    _INTERRUPTED.clear()
 
 
 def checkpointed(driver, directory, **options):
@@ -32,6 +37,13 @@ def checkpointed(driver, directory, **options):
     it: a script that runs a ground state and then a quench, both
     checkpointed into one directory, resumes each from its own checkpoints.
 
+    The runs of one directory are a sequence: once a ``run()`` call is
+    interrupted (``nk.callbacks.Timeout``, a callback's StopRun), the later
+    ones of the process do not start (one line says so and ``run`` returns
+    None), since each would begin from the unfinished state; running the
+    script again resumes the interrupted run, then starts them. (A signal
+    ends the program: see :class:`Checkpoint`'s ``signals``.)
+
     The driver keeps its type (``isinstance(gs, nk.driver.VMC)``) and can be
     saved with ``nkserde.save``; ``gs.last_checkpoint`` is the Checkpoint of
     its latest ``run``.
@@ -46,10 +58,19 @@ def checkpointed(driver, directory, **options):
         key = str(directory.resolve())
         index = _RUN_CALLS.get(key, 0)
         _RUN_CALLS[key] = index + 1
+        if key in _INTERRUPTED:
+            say(
+                f"{directory / f'run-{index}'}: not started: {_INTERRUPTED[key]}, and this run would begin "
+                "from its unfinished state; run the same script again: it resumes that run, then starts this one"
+            )
+            return None
         ckpt = Checkpoint(directory / f"run-{index}", **options)
         type(self).last_checkpoint = ckpt
         callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
-        return base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
+        result = base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
+        if ckpt.interrupted:
+            _INTERRUPTED[key] = f"run-{index} was interrupted by {ckpt.interrupted} at step {self.step_count}"
+        return result
 
     run.__doc__ = base.run.__doc__
     # A subclass made for this driver alone: it stays a VMC (TDVP, ...) for

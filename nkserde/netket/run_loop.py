@@ -32,18 +32,41 @@ def reached_end(stop) -> bool:
     return RUN_FINISHED is not nk.callbacks.StopRun and isinstance(stop, RUN_FINISHED)
 
 
+def end_other_callbacks(callback, step, driver) -> None:
+    """Calls ``on_run_end`` of the callbacks that NetKet calls after
+    ``callback`` in the running ``run()`` call, in NetKet's order: for a
+    callback that ends the program from its own ``on_run_end``
+    (``SystemExit``, ``KeyboardInterrupt``), which would otherwise keep
+    them from finishing (loggers flush their files there)."""
+    callback_list = internals.running_callback_list()
+    if callback_list is None:
+        return
+    entries = tuple(callback_list.callbacks)
+    for i, entry in enumerate(entries):
+        if any(c is callback for c in _wrapped_chain(entry)):
+            break
+    else:
+        return
+    for entry in entries[i + 1 :]:
+        entry.on_run_end(step, driver)
+
+
+def _wrapped_chain(callback):
+    """``callback`` and the callbacks it wraps (TDVP wraps loggers and
+    callbacks to call them at stopping times only)."""
+    yield callback
+    while isinstance(getattr(callback, "callback", None), nk.callbacks.AbstractCallback):
+        callback = callback.callback
+        yield callback
+
+
 def running_callbacks() -> tuple:
     """The callbacks of the running ``driver.run`` call, unwrapped (TDVP
     wraps loggers and callbacks to call them at stopping times only)."""
     callback_list = internals.running_callback_list()
     if callback_list is None:
         return ()
-    found = []
-    for callback in callback_list.callbacks:
-        while isinstance(getattr(callback, "callback", None), nk.callbacks.AbstractCallback):
-            callback = callback.callback
-        found.append(callback)
-    return tuple(found)
+    return tuple(list(_wrapped_chain(callback))[-1] for callback in callback_list.callbacks)
 
 
 def is_logger(callback) -> bool:

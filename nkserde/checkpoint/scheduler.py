@@ -1,0 +1,238 @@
+"""What a checkpointed run does about the job it runs in: stop before the
+job's time is up (:class:`~nkserde.checkpoint.walltime.WalltimeGuard`),
+tell why a signal came, and requeue the job when the scheduler interrupted
+it. Knows SLURM (through :mod:`.slurm`) and messages; no NetKet, no files.
+
+Process 0 reads the job (two SLURM commands when the run starts, at most
+two more when it stops) and decides; the other processes learn the stop
+through the run's stop flag and never ask SLURM.
+
+    control = JobControl.start(job, requeue="auto", walltime="auto", lag_steps=0)
+    control.step_started(now)         # every step start
+    control.due(now)                  # stop now with a checkpoint?
+    control.saved(seconds)            # every checkpoint written
+    control.after_stop(reason)        # process 0, once the run is checkpointed
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+from .._log import say
+from .slurm import Job, SlurmError
+from .walltime import WalltimeGuard
+
+# The stop reason of the walltime guard in the stop flag, beside signal numbers.
+WALLTIME = 1000
+# Exit status of a program whose run a signal or the walltime stopped, once
+# checkpointed (sysexits' EX_TEMPFAIL: "try again later"): the same script
+# resumes it. What a job script tests instead of a file of its own.
+EXIT_INTERRUPTED = 75
+
+REQUEUE_MODES = ("auto", "never")
+
+# steps completed by checkpointed runs in this process: a job that made no
+# progress is not requeued (its next attempt would make none either)
+_steps_done_here = 0
+
+
+def stop_name(reason: int) -> str:
+    """``"walltime"`` or the signal's name (``"SIGUSR1"``)."""
+    if reason == WALLTIME:
+        return "walltime"
+    try:
+        return signal.Signals(reason).name
+    except ValueError:
+        return f"signal {reason}"
+
+
+def count_step() -> None:
+    global _steps_done_here
+    _steps_done_here += 1
+
+
+def progressed() -> bool:
+    return _steps_done_here > 0
+
+
+class JobControl:
+    """One run's view of its job. ``job`` is None outside SLURM and on
+    processes other than 0 (nothing is read or requeued there)."""
+
+    def __init__(self, job: Job | None, *, requeue: str, guard: WalltimeGuard | None, label: str):
+        self.job = job
+        self.requeue = requeue
+        self.guard = guard
+        self.label = label
+        self._rechecked = False
+
+    @classmethod
+    def start(cls, job: Job | None, *, requeue: str, walltime, lag_steps: int, label: str, now: float) -> JobControl:
+        """``walltime``: ``"auto"`` (the SLURM job's time left, read now),
+        seconds from now (any scheduler), or None (no guard)."""
+        guard = None
+        if walltime == "auto" and job is not None:
+            try:
+                left = job.time_left()
+            except SlurmError as exc:
+                say(f"{label}: cannot read the time left of SLURM job {job.job_id} ({exc}); no walltime stop")
+                left = None
+            if left is not None:
+                guard = WalltimeGuard(now + left, lag_steps=lag_steps)
+                say(
+                    f"{label}: SLURM job {job.job_id} ends in {_duration(left)}; the run stops with a checkpoint "
+                    "when the time left falls below a step plus a checkpoint"
+                )
+        elif isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
+            guard = WalltimeGuard(now + float(walltime), lag_steps=lag_steps)
+        return cls(job, requeue=requeue, guard=guard, label=label)
+
+    # ------------------------------------------------------------ the guard
+
+    def step_started(self, now: float) -> None:
+        if self.guard is not None:
+            self.guard.step_started(now)
+
+    def saved(self, seconds: float) -> None:
+        if self.guard is not None:
+            self.guard.saved(seconds)
+
+    def due(self, now: float) -> bool:
+        guard = self.guard
+        if guard is None or not guard.due(now):
+            return False
+        if self.job is not None and not self._rechecked:
+            # once per run: an administrator may have moved the job's end
+            self._rechecked = True
+            try:
+                left = self.job.time_left()
+            except SlurmError:
+                left = guard.time_left(now)
+            if left is None:  # the limit was lifted
+                self.guard = None
+                return False
+            guard.extend(now + left)
+            if not guard.due(now):
+                return False
+        say(
+            f"{self.label}: {_duration(guard.time_left(now))} left before the job's end, a step and a "
+            f"checkpoint take up to {_duration(guard.reserve())}: stopping now"
+        )
+        return True
+
+    # -------------------------------------------------------------- requeue
+
+    def after_stop(self, reason: int, signals=()) -> bool:
+        """Process 0, once the stopped run is checkpointed: requeues the job
+        if the scheduler stopped it (the walltime guard; a signal of
+        ``signals`` other than SIGTERM, i.e. the job's ``--signal``;
+        SIGTERM at the job's time limit) and it can go further. Says what
+        it did and why. Returns whether it requeued."""
+        job = self.job
+        if job is None or self.requeue == "never":
+            return False
+        try:
+            state = job.show()
+        except SlurmError as exc:
+            say(f"{self.label}: not requeued: {exc}", logging.WARNING)
+            return False
+        why = stop_name(reason)
+        if reason == signal.SIGTERM:
+            if state.at_time_limit:
+                why = "the job's time limit (SIGTERM)"
+            elif state.batch_signal and state.batch_signal in {int(s) for s in signals} - {signal.SIGTERM}:
+                # --signal=B:USR1@N signals the batch shell alone: it died of
+                # it, and SLURM ended the job (SIGTERM to its steps)
+                say(
+                    f"{self.label}: the batch script died of {stop_name(state.batch_signal)} and SLURM ended "
+                    f"the job: --signal=B:{stop_name(state.batch_signal)[3:]}@N signals the batch shell only; "
+                    "write --signal=USR1@N (no B:), or forward it to srun as docs/guides/slurm.md shows",
+                    logging.WARNING,
+                )
+                why = f"{stop_name(state.batch_signal)} (through the batch shell)"
+            else:
+                say(
+                    f"{self.label}: SIGTERM from SLURM (job {job.job_id} {state.state}, reason {state.reason}): "
+                    "cancelled, preempted or requeued by SLURM; nkserde does not requeue it"
+                )
+                return False
+        if not state.requeueable:
+            what = "not a batch job" if not state.batch else "submitted with --no-requeue"
+            say(f"{self.label}: SLURM job {job.job_id} cannot be requeued ({what}): submit it again to resume")
+            return False
+        if not progressed():
+            say(
+                f"{self.label}: not requeued: this job completed no step before {why} (a step and a "
+                "checkpoint take longer than the job has?)",
+                logging.WARNING,
+            )
+            return False
+        return self._requeue(f"requeued: the run was stopped by {why} (restart {state.restarts + 1})")
+
+    def after_error(self, count: int, limit: int, count_it=lambda: None) -> bool:
+        """Process 0, when the run failed: requeues the job while it failed
+        at most ``limit`` times (``count`` of them before this one), calling
+        ``count_it()`` first; says so either way."""
+        job = self.job
+        if job is None or self.requeue == "never" or limit <= 0:
+            return False
+        if count >= limit:
+            say(
+                f"{self.label}: the run failed; not requeued: it failed {count + 1} times (requeue_on_error={limit})",
+                logging.WARNING,
+            )
+            return False
+        try:
+            state = job.show()
+        except SlurmError as exc:
+            say(f"{self.label}: the run failed; not requeued: {exc}", logging.WARNING)
+            return False
+        if not state.requeueable:
+            return False
+        count_it()
+        return self._requeue(f"requeued after the run failed ({count + 1} of requeue_on_error={limit})")
+
+    def _requeue(self, message: str) -> bool:
+        # SLURM ends every step of the job at once: the checkpoint is on
+        # disk, and the SIGTERM that follows must not cut the exit short
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            except ValueError:  # not the main thread
+                pass
+        try:
+            self.job.requeue()
+        except SlurmError as exc:
+            say(f"{self.label}: requeueing failed: {exc}", logging.WARNING)
+            return False
+        say(f"{self.label}: SLURM job {self.job.job_id} {message}")
+        return True
+
+
+def absorb_late_signals(signals) -> None:
+    """In a SLURM job, once a run is done: the job's ``--signal`` (the
+    signals of ``signals`` but SIGTERM) may still come, while the script
+    ends or goes on after ``run()``; where Python would die of it (no
+    handler), it is noted and ignored, so a finished run's job completes."""
+    for signum in signals:
+        if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_DFL:
+            continue
+        try:
+            signal.signal(signum, _late_signal)
+        except ValueError:  # not the main thread
+            return
+
+
+def _late_signal(signum, frame):
+    say(f"{stop_name(signum)} after the checkpointed run ended: ignored (the job's --signal; nothing to stop)")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return time.strftime("%H:%M:%S", time.gmtime(seconds)) if seconds < 86400 else f"{seconds / 86400:.1f} days"
