@@ -1,0 +1,266 @@
+"""The real SLURM and Open MPI of this machine, for the tests marked
+``slurm`` and ``mpi`` (started by ``.ci/start-slurm``, as a developer starts
+them by hand).
+
+Jobs are submitted when the suite is collected (tests/conftest.py) and run
+beside the rest of it; the tests that read them come last. An
+*administrator* thread skips a requeued job's wait in state BeginTime
+(``scontrol update JobId=<id> StartTime=now``, what an administrator
+would do: SLURM holds a requeued job for two minutes before it may start
+again) and notes every state the jobs pass through.
+
+Where SLURM or mpirun is missing, the tests skip and say why; with
+``NKSERDE_REQUIRE_CLUSTER=1`` (set by ``.ci/run``) they fail instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from builders import json_differences
+from nkserde.distributed import free_local_port
+
+RUN = Path(__file__).parent / "scripts" / "cluster_run.py"  # the jobs' run.py
+FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+REQUIRED = os.environ.get("NKSERDE_REQUIRE_CLUSTER") == "1"
+
+
+def unavailable(reason: str):
+    """Skips the test, or fails it where the cluster is required (CI)."""
+    if REQUIRED:
+        pytest.fail(f"NKSERDE_REQUIRE_CLUSTER=1 and {reason}")
+    pytest.skip(reason)
+
+
+def slurm_problem() -> str | None:
+    """Why the tests cannot use SLURM here, or None. Where the cluster is
+    required, waits for it up to ``CLUSTER_START_TIMEOUT`` seconds: CI
+    starts it while the suite installs."""
+    deadline = time.monotonic() + (CLUSTER_START_TIMEOUT if REQUIRED else 0)
+    while True:
+        problem = _slurm_problem()
+        if problem is None or time.monotonic() >= deadline:
+            return problem
+        time.sleep(2.0)
+
+
+CLUSTER_START_TIMEOUT = 600
+
+
+def _slurm_problem() -> str | None:
+    for command in ("sbatch", "squeue", "scontrol", "sinfo"):
+        if shutil.which(command) is None:
+            return f"no `{command}` (run .ci/start-slurm as root)"
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer (is slurmctld running? .ci/start-slurm)"
+    states = out.stdout.split()
+    up = ("idle", "mixed", "allocated", "completing")
+    if out.returncode != 0 or not any(s.rstrip("*~#$@+") in up for s in states):
+        return f"no SLURM node up (sinfo: {(out.stdout + out.stderr).strip()[:200]!r}; run .ci/start-slurm)"
+    return None
+
+
+def mpirun_problem() -> str | None:
+    if shutil.which("mpirun") is None:
+        return "no `mpirun` (Debian's openmpi-bin; .ci/start-slurm installs it)"
+    return None
+
+
+def job_environment(extra: dict | None = None) -> dict:
+    """The environment a job runs with (sbatch passes the submitter's on):
+    this interpreter's ``python`` first on PATH."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def scontrol_show(job_id: str) -> dict[str, str]:
+    out = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True, timeout=30
+    ).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", out))
+
+
+@dataclass
+class Job:
+    """One submitted job: where it runs and what it printed."""
+
+    name: str
+    workdir: Path
+    job_id: str | None = None
+    error: str | None = None
+    states: list[str] = field(default_factory=list)  # the states it passed through, in order
+    released: int = 0  # BeginTime waits the administrator skipped
+
+    @property
+    def output(self) -> str:
+        path = self.workdir / "slurm.out"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def info(self) -> dict[str, str]:
+        return scontrol_show(self.job_id)
+
+
+class Jobs:
+    """The jobs of one test module, submitted early, awaited by its tests.
+
+    ``plan``: name -> (job script, sbatch options, environment), each job
+    in a directory of its own below ``root``; ``prepare(name, workdir,
+    script)`` runs before each submission (copies the run script, ...) and
+    returns the script to submit."""
+
+    def __init__(self, plan: dict, prepare):
+        self.plan = plan
+        self.prepare = prepare
+        self.jobs: dict[str, Job] = {}
+        self.problem: str | None = None
+        self._admin: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def submit(self, root: Path) -> None:
+        if self.jobs or self.problem:
+            return
+        self.problem = slurm_problem()
+        if self.problem:
+            return
+        for name, (script, options, env) in self.plan.items():
+            workdir = root / name
+            workdir.mkdir(parents=True)
+            script = self.prepare(name, workdir, script)
+            job = Job(name, workdir)
+            done = subprocess.run(
+                ["sbatch", "--parsable", f"--job-name=nkserde-{name}", f"--chdir={workdir}",
+                 f"--output={workdir / 'slurm.out'}", *options, str(script)],
+                capture_output=True, text=True, env=job_environment(env), timeout=60,
+            )  # fmt: skip
+            if done.returncode != 0:
+                job.error = f"sbatch failed: {(done.stdout + done.stderr).strip()}"
+            else:
+                job.job_id = done.stdout.strip().split(";")[0]
+            self.jobs[name] = job
+        self._admin = threading.Thread(target=self._administer, name="slurm-admin", daemon=True)
+        self._admin.start()
+
+    def _administer(self):
+        """Skips BeginTime waits and notes states until every job is final."""
+        while not self._stop.is_set():
+            pending = [j for j in self.jobs.values() if j.job_id and (not j.states or j.states[-1] not in FINAL_STATES)]
+            if not pending:
+                return
+            out = subprocess.run(
+                ["squeue", "-h", "-o", "%i %T %r", "-j", ",".join(j.job_id for j in pending)],
+                capture_output=True, text=True, timeout=60,
+            ).stdout  # fmt: skip
+            seen = {}
+            for line in out.splitlines():
+                job_id, state, reason = (line.split() + ["", "", ""])[:3]
+                seen[job_id] = (state, reason)
+            for job in pending:
+                state, reason = seen.get(job.job_id, (None, None))
+                if state is None:  # left the queue: its final state from scontrol
+                    state = job.info().get("JobState", "UNKNOWN")
+                if not job.states or job.states[-1] != state:
+                    job.states.append(state)
+                if state == "PENDING" and reason == "BeginTime":
+                    subprocess.run(
+                        ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], capture_output=True, timeout=60
+                    )
+                    job.released += 1
+            self._stop.wait(1.0)
+
+    def wait(self, name: str, timeout: float = 900) -> Job:
+        """The job once it reached a final state (COMPLETED, FAILED, ...)."""
+        if self.problem:
+            unavailable(self.problem)
+        job = self.jobs[name]
+        if job.error:
+            pytest.fail(f"{name}: {job.error}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if job.states and job.states[-1] in FINAL_STATES:
+                return job
+            if self._admin is not None and not self._admin.is_alive():
+                break
+            time.sleep(1.0)
+        subprocess.run(["scancel", job.job_id], capture_output=True)
+        pytest.fail(
+            f"{name}: job {job.job_id} not finished after {timeout:.0f} s (states {job.states}):\n{job.output[-4000:]}"
+        )
+
+    def cancel_all(self):
+        self._stop.set()
+        ids = [j.job_id for j in self.jobs.values() if j.job_id and (not j.states or j.states[-1] not in FINAL_STATES)]
+        if ids:
+            subprocess.run(["scancel", *ids], capture_output=True)
+
+
+def lines(output: str, word: str) -> list[tuple[str, float]]:
+    """(value, time) of the ``<word> <value> <time>`` lines of cluster_run.py."""
+    found = []
+    for match in re.finditer(rf"^{word} (\S+) (\d+\.\d+)$", output, re.MULTILINE):
+        found.append((match.group(1), float(match.group(2))))
+    return found
+
+
+def without_launchers(env: dict) -> dict:
+    """``env`` without what srun and mpirun set (a reference run outside them)."""
+    return {k: v for k, v in env.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
+
+
+def run_reference(workdir: Path, processes: int = 1, n_iter: int = 30) -> Path:
+    """The run of tests/scripts/cluster_run.py with no launcher and no
+    sleeps, in ``processes`` processes over gloo on 127.0.0.1."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = without_launchers(job_environment({"N_ITER": str(n_iter)}))
+    port = free_local_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(RUN)],
+            cwd=workdir,
+            env=env
+            if processes == 1
+            else {
+                **env,
+                "CLUSTER_COORDINATOR": f"127.0.0.1:{port}",
+                "CLUSTER_PROCESSES": str(processes),
+                "CLUSTER_RANK": str(r),
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(processes)
+    ]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
+    return workdir
+
+
+def assert_same_run(workdir: Path, reference: Path, n_iter: int):
+    """The final parameters (result.npz) bit for bit and the JsonLog value
+    for value (but its wall-clock times), every step once."""
+    with np.load(workdir / "result.npz") as got, np.load(reference / "result.npz") as want:
+        assert got.files == want.files
+        for key in want.files:
+            assert got[key].tobytes() == want[key].tobytes(), key
+    got = json.loads((workdir / "out" / "log.log").read_text())
+    want = json.loads((reference / "out" / "log.log").read_text())
+    problems = json_differences(got, want)
+    assert not problems, problems[:10]
+    assert got["Energy"]["iters"] == list(range(n_iter))

@@ -1,0 +1,143 @@
+"""A NetKet user's run.py for the SLURM and Open MPI tests (tests/test_slurm.py,
+tests/test_mpi.py): a small VMC with one ``nkserde.checkpointed`` line,
+run by the job scripts of examples/slurm/ (``srun python run.py``) or by
+``mpirun``, and without any launcher for the reference.
+
+    python cluster_run.py            # in the job's directory: ckpt/, out/, result.npz there
+
+Several processes: ``jax.distributed.initialize()`` with no arguments
+under ``srun`` (SLURM's environment) and ``mpirun`` (Open MPI's); the
+reference of a two-process run is started by hand with
+``CLUSTER_COORDINATOR=127.0.0.1:PORT CLUSTER_PROCESSES=2 CLUSTER_RANK=r``.
+
+Environment (all optional; the numbers never depend on them):
+    STEP_SECONDS=s        sleep s seconds at the end of every step (a
+                          step as slow as a real one, without the CPU)
+    N_ITER=n              steps of the run (default 40)
+    RAISE_AT=k            raise RuntimeError at the start of step k
+    REQUEUE_ON_ERROR=n    Checkpoint(requeue_on_error=n)
+    AUTO_SLURM_REQUEUE=s  NetKet's AutoSlurmRequeue(before=s seconds) beside nkserde
+    JAX_COMPILATION_CACHE_DIR  (JAX's own) shared by the jobs' processes
+
+Process 0 prints, one line each, with the wall-clock time:
+    step <k> <time>       in on_step_end of step k (k = 1, 2, ...): completed
+    signal <NAME> <time>  a SIGUSR1/SIGTERM reached this process
+    exit <status> <time>  at interpreter exit
+and writes result.npz (the final parameters) when the run reaches its end.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import time
+
+import jax
+
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+if os.environ.get("CLUSTER_COORDINATOR"):
+    jax.distributed.initialize(
+        coordinator_address=os.environ["CLUSTER_COORDINATOR"],
+        num_processes=int(os.environ["CLUSTER_PROCESSES"]),
+        process_id=int(os.environ["CLUSTER_RANK"]),
+    )
+elif int(os.environ.get("SLURM_NTASKS", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
+    jax.distributed.initialize()  # ranks and coordinator from srun's or mpirun's environment
+
+import netket as nk  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from netket.utils import struct  # noqa: E402
+
+import nkserde  # noqa: E402
+
+RANK = jax.process_index()
+
+
+def say(what: str) -> None:
+    if RANK == 0:
+        print(f"{what} {time.time():.3f}", flush=True)
+
+
+exit_status = [0]
+
+
+def record_exit_status():
+    say(f"exit {exit_status[0]}")
+
+
+atexit.register(record_exit_status)
+
+
+def note_signal(signum, frame):
+    """Notes the signal. Installed before nkserde's handler, which calls it
+    (the handler it replaced). While it is the handler itself (before and
+    after the run), a SIGTERM ends the process as Python's default would;
+    a SIGUSR1 after the run is ignored, as nkserde makes the default do in
+    a SLURM job (scheduler.absorb_late_signals: the job's --signal may come
+    after the run ended)."""
+    say(f"signal {signal.Signals(signum).name}")
+    if signum == signal.SIGTERM and signal.getsignal(signum) is note_signal:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+for signum in (signal.SIGUSR1, signal.SIGTERM):
+    signal.signal(signum, note_signal)
+
+
+class Progress(nk.callbacks.AbstractCallback):
+    """Reports each completed step; sleeps to make a step last STEP_SECONDS;
+    raises at step RAISE_AT."""
+
+    seconds: float = struct.field(pytree_node=False, serialize=False)
+    raise_at: int = struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self):
+        self.seconds = float(os.environ.get("STEP_SECONDS", "0"))
+        self.raise_at = int(os.environ.get("RAISE_AT", "-1"))
+
+    @property
+    def callback_order(self) -> int:
+        return 1500  # after the loggers and the Checkpoint
+
+    def on_step_start(self, step, log_data, driver):
+        if driver.step_count == self.raise_at:
+            raise RuntimeError(f"a bug in the user's script at step {self.raise_at}")
+
+    def on_step_end(self, step, log_data, driver):
+        say(f"step {driver.step_count + 1}")  # NetKet counts the step after on_step_end
+        time.sleep(self.seconds)
+
+
+graph = nk.graph.Chain(8)
+hilbert = nk.hilbert.Spin(0.5, N=8)
+hamiltonian = nk.operator.Ising(hilbert, graph, h=1.0)
+sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=8)
+vstate = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64, seed=1, sampler_seed=2)
+gs = nk.driver.VMC(hamiltonian, optax.adam(0.01), variational_state=vstate)
+gs = nkserde.checkpointed(gs, "ckpt", every=5, requeue_on_error=int(os.environ.get("REQUEUE_ON_ERROR", "0")))
+
+callbacks = [Progress()]
+if os.environ.get("AUTO_SLURM_REQUEUE"):
+    from datetime import timedelta
+
+    before = timedelta(seconds=float(os.environ["AUTO_SLURM_REQUEUE"]))
+    callbacks.append(nk.callbacks.AutoSlurmRequeue(before=before, max_requeue_count=9))
+
+try:
+    gs.run(n_iter=int(os.environ.get("N_ITER", "40")), out="out/log", callback=callbacks, show_progress=False)
+except SystemExit as stop:
+    exit_status[0] = stop.code
+    raise
+except BaseException:
+    exit_status[0] = 1
+    raise
+
+if RANK == 0:
+    leaves = jax.tree_util.tree_leaves_with_path(gs.state.parameters)
+    np.savez("result.npz", step_count=gs.step_count, **{jax.tree_util.keystr(p): np.asarray(x) for p, x in leaves})
+say("finished")
+sys.exit(0)

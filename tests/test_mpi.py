@@ -1,0 +1,69 @@
+"""A run launched by the real Open MPI ``mpirun`` (Debian's openmpi-bin):
+two processes, ``jax.distributed.initialize()`` with no arguments (JAX
+reads Open MPI's environment), checkpointed, SIGKILLed together (the
+whole launch, as a node crash or the scheduler's kill does), and
+launched again: it ends with the parameters and JsonLog of the same
+two-process run without mpirun."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import cluster
+
+N_ITER = 30
+TIMEOUT = 600
+
+
+def mpirun(workdir: Path, **env) -> subprocess.Popen:
+    command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, "run.py"]
+    return subprocess.Popen(
+        command,
+        cwd=workdir,
+        env=cluster.without_launchers(cluster.job_environment({"N_ITER": str(N_ITER), **env})),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # mpirun and its two ranks: one process group to kill
+    )
+
+
+@pytest.mark.mpi
+def test_mpirun_two_processes_killed_and_launched_again_end_exactly(tmp_path):
+    problem = cluster.mpirun_problem()
+    if problem:
+        cluster.unavailable(problem)
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "run.py").write_text(cluster.RUN.read_text())
+
+    first = mpirun(workdir, STEP_SECONDS="0.2")
+    checkpoint = workdir / "ckpt" / "run-0" / "step-0000000010.nks"
+    deadline = time.monotonic() + TIMEOUT
+    while not checkpoint.exists():
+        if first.poll() is not None or time.monotonic() > deadline:
+            os.killpg(first.pid, signal.SIGKILL)
+            pytest.fail(f"no checkpoint of step 10 (exit {first.returncode}):\n{first.communicate()[0][-4000:]}")
+        time.sleep(0.05)
+    os.killpg(first.pid, signal.SIGKILL)
+    output = first.communicate()[0]
+    assert "finished" not in output
+    killed_at = max(int(v) for v, _ in cluster.lines(output, "step"))
+    assert killed_at < N_ITER
+
+    second = mpirun(workdir)
+    output = second.communicate(timeout=TIMEOUT)[0]
+    assert second.returncode == 0, output[-4000:]
+    resumed = [int(line.rsplit(" ", 2)[-2]) for line in output.splitlines() if "resumed VMC from step" in line]
+    assert resumed and 10 <= resumed[0] <= killed_at, output[-3000:]
+    assert "finished" in output
+
+    reference = cluster.run_reference(tmp_path / "reference", processes=2, n_iter=N_ITER)
+    cluster.assert_same_run(workdir, reference, N_ITER)

@@ -1,0 +1,238 @@
+"""Runs under the real SLURM of this machine (.ci/start-slurm), submitted
+with the job scripts of examples/slurm/ that docs/guides/slurm.md shows:
+jobs whose time limit is shorter than the run, stopped, checkpointed,
+requeued by nkserde and resumed until done, each ending with the
+parameters and JsonLog of the same run without SLURM, and no completed
+step lost at any preemption.
+
+The run (tests/scripts/cluster_run.py as the job's run.py) is 50 steps of
+an 8-site VMC whose steps sleep 3 s (STEP_SECONDS): 150 s of steps in jobs
+of 3 minutes (the first step of each job compiles, and a guard that has
+measured only that step keeps time for three such steps in a two-process
+run). The jobs are submitted when the suite is collected and run
+beside it (tests/conftest.py); these tests come last and read them. A
+requeued job's two-minute hold in BeginTime is skipped as an
+administrator would (tests/cluster.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cluster
+
+ROOT = Path(__file__).parent.parent
+EXAMPLES = ROOT / "examples" / "slurm"
+JOB_SH = EXAMPLES / "job.sh"
+BATCH_SIGNAL_SH = EXAMPLES / "job-batch-signal.sh"
+RUN = cluster.RUN
+N_ITER = 50
+STEP = {"STEP_SECONDS": "3", "N_ITER": str(N_ITER)}
+TIME = "--time=3"  # minutes
+SIGNAL = "--signal=USR1@40"  # in place of the script's USR1@120
+
+
+def prepare(name: str, workdir: Path, script: Path) -> Path:
+    shutil.copy(RUN, workdir / "run.py")
+    if name in ("no-signal", "auto-slurm-requeue"):
+        # the job script as the guide shows it, without its --signal line
+        lines = [line for line in script.read_text().splitlines(keepends=True) if "--signal" not in line]
+        script = workdir / "job-without-signal.sh"
+        script.write_text("".join(lines))
+    return script
+
+
+def plan() -> dict:
+    cache = {
+        "JAX_COMPILATION_CACHE_DIR": str(Path(os.environ.get("TMPDIR", "/tmp")) / "nkserde-slurm-jax-cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+    }
+    return {
+        "signal": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP}),
+        "signal-2-tasks": (JOB_SH, [TIME, SIGNAL, "--ntasks=2"], {**cache, **STEP}),
+        "batch-signal": (BATCH_SIGNAL_SH, [TIME, "--signal=B:USR1@40"], {**cache, **STEP}),
+        "no-signal": (JOB_SH, [TIME], {**cache, **STEP}),
+        "auto-slurm-requeue": (JOB_SH, [TIME], {**cache, **STEP, "AUTO_SLURM_REQUEUE": "60"}),
+        "raises": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3"}),
+        "raises-requeued": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3", "REQUEUE_ON_ERROR": "2"}),
+    }
+
+
+JOBS = cluster.Jobs(plan(), prepare)
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory):
+    made = {}
+
+    def reference(processes: int) -> Path:
+        if processes not in made:
+            workdir = tmp_path_factory.mktemp(f"reference-{processes}")
+            made[processes] = cluster.run_reference(workdir, processes, N_ITER)
+        return made[processes]
+
+    return reference
+
+
+def assert_same_run(workdir: Path, reference: Path):
+    cluster.assert_same_run(workdir, reference, N_ITER)
+
+
+# ------------------------------------------------------------------ attempts
+
+RESUMED = re.compile(r"run-0: resumed VMC from step (\d+)")
+FRESH = "run-0: no checkpoint, starting fresh"
+
+
+def attempts(output: str) -> list[str]:
+    """The output of each attempt of the job, in order (each run starts
+    with nkserde's fresh-start or resume line)."""
+    starts = [m.start() for m in re.finditer(rf"^.*(?:{FRESH}|run-0: resumed VMC from step).*$", output, re.M)]
+    assert starts, output[-3000:]
+    return [output[a:b] for a, b in zip(starts, [*starts[1:], len(output)])]
+
+
+def preemptions(output: str) -> list[dict]:
+    """Per attempt that ended early: its last completed step, the step the
+    next attempt resumed from, when the signal came and when it exited."""
+    parts = attempts(output)
+    found = []
+    for part, following in zip(parts, parts[1:]):
+        steps = cluster.lines(part, "step")
+        exits = cluster.lines(part, "exit")
+        exited = exits[-1][1] if exits else None
+        signals = [t for _, t in cluster.lines(part, "signal") if exited is None or t <= exited]
+        resumed = int(RESUMED.search(following).group(1))
+        found.append(
+            {
+                "last_step": int(steps[-1][0]) if steps else None,
+                "resumed": resumed,
+                "lost": (int(steps[-1][0]) - resumed) if steps else 0,
+                # seconds from the signal (if one came) and from the end of
+                # the last step to the exit: the checkpoint and the requeue
+                "signal_to_exit": round(exited - signals[0], 2) if signals and exited else None,
+                "step_to_exit": round(exited - steps[-1][1], 2) if steps and exited else None,
+                "exit": exits[-1][0] if exits else None,
+            }
+        )
+    return found
+
+
+def assert_requeued_until_done(job: cluster.Job, reference: Path, *, stopped_by: str) -> list[dict]:
+    assert job.states[-1] == "COMPLETED", (job.states, job.output[-4000:])
+    output = job.output
+    stops = preemptions(output)
+    assert stops, f"the job was never requeued ({job.states}):\n{output[-3000:]}"
+    assert int(job.info()["Restarts"]) == len(stops)  # one requeue per interruption, by nkserde
+    for stop in stops:
+        assert stop["lost"] == 0, stops  # no completed step lost
+        assert stop["exit"] == "75", stops  # nkserde.checkpoint.EXIT_INTERRUPTED
+    assert output.count(f"interrupted by {stopped_by} after step") == len(stops), output[-3000:]
+    assert "finished" in attempts(output)[-1]
+    assert_same_run(job.workdir, reference)
+    print(f"\n{job.name}: requeued {len(stops)} times, BeginTime skipped {job.released} times; {stops}")
+    return stops
+
+
+# --------------------------------------------------------------------- tests
+
+
+@pytest.mark.slurm
+def test_signal_checkpoints_requeues_and_resumes_until_done(references):
+    """``--signal=USR1@N``: every task gets SIGUSR1 before the time limit;
+    nkserde finishes the step, checkpoints it, requeues the job and exits
+    75; the requeued job resumes. No code of the user's decides."""
+    job = JOBS.wait("signal")
+    stops = assert_requeued_until_done(job, references(1), stopped_by="SIGUSR1")
+    assert all(s["signal_to_exit"] is not None for s in stops)
+
+
+@pytest.mark.slurm
+def test_two_tasks_under_srun_are_requeued_together(references):
+    """``--ntasks=2``: ``jax.distributed.initialize()`` with no arguments
+    under srun, both tasks signalled, both stop after the same step, one
+    requeue; the run equals the two-process run without SLURM."""
+    job = JOBS.wait("signal-2-tasks")
+    assert_requeued_until_done(job, references(2), stopped_by="SIGUSR1")
+
+
+@pytest.mark.slurm
+def test_batch_shell_signal_forwarded_by_the_guides_trap(references):
+    """``--signal=B:USR1@N`` signals the batch shell only: the guide's
+    job-batch-signal.sh traps it and passes it to srun, which forwards it
+    to the run."""
+    job = JOBS.wait("batch-signal")
+    assert_requeued_until_done(job, references(1), stopped_by="SIGUSR1")
+
+
+@pytest.mark.slurm
+def test_without_signal_the_walltime_stops_the_run_in_time(references):
+    """No ``--signal`` at all: nkserde reads the job's time left and stops
+    with a checkpoint when it falls below a measured step plus a
+    checkpoint; no signal is ever needed."""
+    job = JOBS.wait("no-signal")
+    assert_requeued_until_done(job, references(1), stopped_by="walltime")
+    assert "signal SIGUSR1" not in job.output
+    assert "SLURM job" in job.output and "ends in" in job.output
+
+
+@pytest.mark.slurm
+def test_netkets_auto_slurm_requeue_beside_nkserde(references):
+    """NetKet's AutoSlurmRequeue(before=60 s) requeues the job itself from
+    its on_step_end; SLURM then ends the job with SIGTERM, which nkserde
+    takes as a stop: it checkpoints the step and does not requeue a
+    second time. Each interruption is one requeue."""
+    job = JOBS.wait("auto-slurm-requeue")
+    stops = assert_requeued_until_done(job, references(1), stopped_by="SIGTERM")
+    output = job.output
+    assert output.count("Reached requeue time. Requeueing job...") == len(stops)
+    assert output.count("nkserde does not requeue it") == len(stops)
+
+
+@pytest.mark.slurm
+def test_a_run_that_raises_is_not_requeued():
+    job = JOBS.wait("raises")
+    assert job.states[-1] == "FAILED", job.states
+    assert int(job.info()["Restarts"]) == 0
+    assert "a bug in the user's script at step 3" in job.output
+
+
+@pytest.mark.slurm
+def test_a_run_that_raises_is_requeued_at_most_requeue_on_error_times():
+    job = JOBS.wait("raises-requeued")
+    assert job.states[-1] == "FAILED", job.states
+    assert int(job.info()["Restarts"]) == 2, job.output[-3000:]
+    output = job.output
+    assert "requeued after the run failed (1 of requeue_on_error=2)" in output
+    assert "requeued after the run failed (2 of requeue_on_error=2)" in output
+    assert "not requeued: it failed 3 times (requeue_on_error=2)" in output
+    assert (job.workdir / "ckpt" / "run-0" / "error-requeues").read_text().strip() == "2"
+
+
+# ------------------------------------------------ the guide's files, as shown
+
+
+def test_the_guide_shows_the_job_scripts_the_tests_submit():
+    guide = (ROOT / "docs" / "guides" / "slurm.md").read_text()
+    blocks = re.findall(r"```(?:bash|python)\n(.*?)```", guide, re.S)
+    for path in (JOB_SH, BATCH_SIGNAL_SH, EXAMPLES / "run.py"):
+        assert path.read_text() in blocks, f"docs/guides/slurm.md does not show {path.relative_to(ROOT)} as it is"
+
+
+def test_the_guides_run_script_runs(tmp_path):
+    """examples/slurm/run.py, shortened to 2 steps, outside SLURM."""
+    source = (EXAMPLES / "run.py").read_text()
+    assert "n_iter=20000" in source
+    (tmp_path / "run.py").write_text(source.replace("n_iter=20000", "n_iter=2"))
+    env = cluster.without_launchers(cluster.job_environment())
+    done = subprocess.run([sys.executable, "run.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (tmp_path / "ckpt" / "run-0" / "step-0000000002.nks").exists()
