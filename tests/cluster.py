@@ -107,6 +107,7 @@ class Job:
     error: str | None = None
     states: list[str] = field(default_factory=list)  # the states it passed through, in order
     released: int = 0  # BeginTime waits the administrator skipped
+    final: dict | None = None  # scontrol's record once the job ended (slurmctld forgets it after MinJobAge)
 
     @property
     def output(self) -> str:
@@ -114,7 +115,7 @@ class Job:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def info(self) -> dict[str, str]:
-        return scontrol_show(self.job_id)
+        return self.final if self.final is not None else scontrol_show(self.job_id)
 
 
 class Jobs:
@@ -174,7 +175,9 @@ class Jobs:
             for job in pending:
                 state, reason = seen.get(job.job_id, (None, None))
                 if state is None:  # left the queue: its final state from scontrol
-                    state = job.info().get("JobState", "UNKNOWN")
+                    state = scontrol_show(job.job_id).get("JobState", "UNKNOWN")
+                if state in FINAL_STATES and job.final is None:
+                    job.final = scontrol_show(job.job_id)
                 if not job.states or job.states[-1] != state:
                     job.states.append(state)
                 if state == "PENDING" and reason == "BeginTime":
