@@ -34,6 +34,9 @@ Environment:
                                  that publish it (its temporary file exists).
     CKPT_JAX_CACHE=<dir>         JAX persistent compilation cache (only makes
                                  the processes after the first start faster).
+    CKPT_STEP_SECONDS=<s>        sleep s seconds at the end of every step (a
+                                 torture's random moments then fall in steps
+                                 as often as in the start-up).
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ class Printer(nk.callbacks.AbstractCallback):
     def on_step_end(self, step, log_data, driver):
         # NetKet increments step_count after on_step_end
         say(f"step {driver.step_count + 1}")
+        time.sleep(float(os.environ.get("CKPT_STEP_SECONDS", "0")))
         hold = os.environ.get("CKPT_STEP_HOLD")
         if hold and int(hold.split(":")[0]) == driver.step_count + 1:
             # a handshake, not a time window: the test signals this process
