@@ -17,13 +17,18 @@ import dataclasses
 import re
 
 import jax
+import netket as nk
 import numpy as np
+import optax
 import pytest
 
 import nkserde
 import nkserde.api  # noqa: F401  (NetKet's registrations, before a test snapshots the registry)
+import builders
+from builders import assert_identical, assert_same_leaves, leaves, params_bytes
 from nkserde import registry
 from nkserde.errors import TemplateMismatchError
+from nkserde.placement import PerProcess
 
 # --------------------------------------------------------------------------- the rule
 
@@ -174,6 +179,174 @@ def test_provisional_fields_must_be_declared_fields():
             )
     finally:
         registry.restore(saved)
+
+
+# --------------------------------------------------------------------------- issue 30 in a VMC driver
+
+
+def monitor_chain():
+    """optax's _monitoring_test: SGD with momentum, monitor (a gradient norm
+    and its moving average), a clip."""
+    return optax.chain(
+        optax.sgd(1e-2, momentum=0.9),
+        optax.monitor(
+            {
+                "norm_before_clip": optax.tree.norm,
+                "norm_before_clip_ema": optax.measure_with_ema(optax.tree.norm, decay=0.9),
+            }
+        ),
+        optax.clip_by_global_norm(1.0),
+    )
+
+
+def vmc_monitor():
+    _, _, H = builders.system()
+    return nk.driver.VMC(H, monitor_chain(), variational_state=builders.mc_state())
+
+
+def vmc_numpy_complex(sampler=nk.sampler.MetropolisLocalNumpy, param_dtype=complex):
+    _, hilbert, H = builders.system()
+    state = builders.mc_state(
+        sampler=sampler(hilbert, n_chains=16), model=nk.models.RBM(alpha=1, param_dtype=param_dtype)
+    )
+    return nk.driver.VMC(H, optax.sgd(1e-2), variational_state=state)
+
+
+CASES = {"monitor": vmc_monitor, "numpy_complex": vmc_numpy_complex}
+
+
+@pytest.fixture(scope="module")
+def straight():
+    """Each case run 4 steps without interruption."""
+    out = {}
+    for name, build in CASES.items():
+        driver = build()
+        builders.run(driver, 4)
+        out[name] = driver
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_resumes_bit_for_bit_from_a_fresh_template(name, straight, tmp_path):
+    build = CASES[name]
+    first = build()
+    builders.run(first, 2)
+    nkserde.save(first, tmp_path / "vmc.nks")
+    fresh = build()
+    before = leaves(fresh)
+    resumed = nkserde.load(fresh, tmp_path / "vmc.nks")
+    assert_same_leaves(before, leaves(fresh))  # the template is not changed by its step
+    assert_identical(resumed, first)
+    builders.run(resumed, 2)
+    assert params_bytes(resumed) == params_bytes(straight[name])
+    assert_identical(resumed, straight[name])
+
+
+def test_the_cases_are_provisional():
+    """What the fresh templates hold: without the rule neither loads."""
+    fresh = vmc_monitor()._optimizer_state
+    assert fresh[1].measurements == {}
+    assert vmc_numpy_complex().state.sampler_state.log_prob.dtype == np.complex128
+
+
+def test_another_optimizer_is_refused(tmp_path):
+    first = vmc_monitor()
+    builders.run(first, 1)
+    nkserde.save(first, tmp_path / "vmc.nks")
+    _, _, H = builders.system()
+    other = nk.driver.VMC(
+        H,
+        optax.chain(optax.sgd(1e-2, momentum=0.9), optax.clip_by_global_norm(1.0)),
+        variational_state=builders.mc_state(),
+    )
+    with pytest.raises(
+        TemplateMismatchError, match=r"optimizer_state: file has list of length 3, template has tuple of length 2"
+    ):
+        nkserde.load(other, tmp_path / "vmc.nks")
+
+
+def test_other_measurements_are_refused_with_the_message_of_today(tmp_path):
+    first = vmc_monitor()
+    builders.run(first, 1)
+    nkserde.save(first, tmp_path / "vmc.nks")
+    _, _, H = builders.system()
+    renamed = optax.chain(
+        optax.sgd(1e-2, momentum=0.9), optax.monitor({"norm": optax.tree.norm}), optax.clip_by_global_norm(1.0)
+    )
+    template = nk.driver.VMC(H, renamed, variational_state=builders.mc_state())
+    expected = (
+        "optimizer_state/1/measurements: file has dict with keys ['norm_before_clip', 'norm_before_clip_ema'], "
+        "template has dict with keys []"
+    )
+    with pytest.raises(TemplateMismatchError, match=re.escape(expected)):
+        nkserde.load(template, tmp_path / "vmc.nks")
+
+
+def test_a_different_model_is_refused(tmp_path):
+    """A real model's numpy sampler state is not provisional (its log_prob
+    is float64 from the start); a complex model's file does not load into
+    it, nor the other way round."""
+    for saved, template, message in (
+        (complex, float, r"state/parameters/.*: file has array complex128\[.*\], template has array float64"),
+        (float, complex, r"state/parameters/.*: file has array float64\[.*\], template has array complex128"),
+    ):
+        first = vmc_numpy_complex(param_dtype=saved)
+        builders.run(first, 1)
+        nkserde.save(first, tmp_path / "vmc.nks")
+        with pytest.raises(TemplateMismatchError, match=message):
+            nkserde.load(vmc_numpy_complex(param_dtype=template), tmp_path / "vmc.nks")
+
+
+def test_a_log_prob_no_reset_gives_is_refused(tmp_path):
+    first = vmc_numpy_complex()
+    builders.run(first, 1)
+    state = nkserde.state_dict(first)
+    sampler_state = state["state"]["sampler_state"]
+    sampler_state["log_prob"] = PerProcess(sampler_state["log_prob"].value.astype(np.float32))
+    with pytest.raises(
+        TemplateMismatchError,
+        match=re.escape("state/sampler_state/log_prob: file has array float32[16], template has array complex128[16]"),
+    ):
+        nkserde.from_state_dict(vmc_numpy_complex(), state)
+
+
+def test_a_sampler_state_alone_is_not_provisional(tmp_path):
+    """Without its variational state there is no model to reset it with:
+    a sampler state loaded on its own needs a template past its first reset."""
+    first = vmc_numpy_complex()
+    builders.run(first, 1)
+    nkserde.save(first.state.sampler_state, tmp_path / "sampler.nks")
+    with pytest.raises(
+        TemplateMismatchError, match=r"log_prob: file has array float64\[16\], template has array complex128"
+    ):
+        nkserde.load(vmc_numpy_complex().state.sampler_state, tmp_path / "sampler.nks")
+    sampled = vmc_numpy_complex().state
+    sampled.sample()
+    loaded = nkserde.load(sampled.sampler_state, tmp_path / "sampler.nks")
+    assert_identical(loaded, first.state.sampler_state)
+
+
+def test_the_numpy_samplers_of_the_issue(tmp_path):
+    """MetropolisLocalNumpy chunked, MetropolisHamiltonianNumpy and a
+    MetropolisCustom rule, with a complex model, through an MCState."""
+    _, hilbert, H = builders.system()
+    moves = sum(nk.operator.spin.sigmax(hilbert, i) for i in range(builders.N))
+    samplers = {
+        "chunked": lambda: nk.sampler.MetropolisLocalNumpy(hilbert, n_chains=8, chunk_size=4),
+        "hamiltonian": lambda: nk.sampler.MetropolisHamiltonianNumpy(hilbert, H.to_local_operator(), n_chains=8),
+        "custom": lambda: nk.sampler.MetropolisCustom(hilbert, move_operators=moves, n_chains=8),
+    }
+    for name, sampler in samplers.items():
+
+        def build():
+            return builders.mc_state(sampler=sampler(), model=nk.models.RBM(alpha=1, param_dtype=complex), n_samples=32)
+
+        first = build()
+        first.sample()
+        nkserde.save(first, tmp_path / f"{name}.nks")
+        loaded = nkserde.load(build(), tmp_path / f"{name}.nks")
+        assert_identical(loaded, first)
+        assert np.asarray(loaded.sample()).tobytes() == np.asarray(first.sample()).tobytes(), name
 
 
 def test_check_only_describes_jax_arrays_by_shape_and_dtype():
