@@ -26,12 +26,13 @@ from .. import registry
 
 def after_one_update(optimizer, state, params):
     """The optimizer state ``state`` after one ``optimizer.update`` on zero
-    gradients shaped like ``params``, jitted as a NetKet driver's step runs
-    it: the structure, dtypes, weak types and shardings a run's state has
-    after one more step (its numbers are not used). ``state`` is not
-    changed (optax is functional)."""
+    gradients shaped like ``params``, as a NetKet driver's step calls it:
+    the structure, dtypes and weak types a run's state has after one more
+    step (its numbers are not used). Run op by op, as ``optimizer.init``
+    built the template's state (nothing to compile; the arrays are placed
+    as the template's). ``state`` is not changed (optax is functional)."""
     zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-    return jax.jit(optimizer.update)(zeros, state, params)[1]
+    return optimizer.update(zeros, state, params)[1]
 
 
 def _sr_to_state(sr):
