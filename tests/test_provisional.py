@@ -184,34 +184,7 @@ def test_provisional_fields_must_be_declared_fields():
 # --------------------------------------------------------------------------- issue 30 in a VMC driver
 
 
-def monitor_chain():
-    """optax's _monitoring_test: SGD with momentum, monitor (a gradient norm
-    and its moving average), a clip."""
-    return optax.chain(
-        optax.sgd(1e-2, momentum=0.9),
-        optax.monitor(
-            {
-                "norm_before_clip": optax.tree.norm,
-                "norm_before_clip_ema": optax.measure_with_ema(optax.tree.norm, decay=0.9),
-            }
-        ),
-        optax.clip_by_global_norm(1.0),
-    )
-
-
-def vmc_monitor():
-    _, _, H = builders.system()
-    return nk.driver.VMC(H, monitor_chain(), variational_state=builders.mc_state())
-
-
-def vmc_numpy_complex(sampler=nk.sampler.MetropolisLocalNumpy, param_dtype=complex):
-    _, hilbert, H = builders.system()
-    state = builders.mc_state(
-        sampler=sampler(hilbert, n_chains=16), model=nk.models.RBM(alpha=1, param_dtype=param_dtype)
-    )
-    return nk.driver.VMC(H, optax.sgd(1e-2), variational_state=state)
-
-
+vmc_monitor, vmc_numpy_complex = builders.vmc_monitor, builders.vmc_numpy_complex
 CASES = {"monitor": vmc_monitor, "numpy_complex": vmc_numpy_complex}
 
 
