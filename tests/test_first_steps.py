@@ -632,7 +632,7 @@ def sampler_findings() -> tuple[tuple[str, str, tuple], ...]:
     return tuple(out)
 
 
-# Recorded under NetKet 3.23: the numpy samplers allocate log_prob with the
+# Recorded under NetKet 3.21 to 3.23: the numpy samplers allocate log_prob with the
 # model's output dtype (complex for a complex model) and their first reset
 # makes it real (netket/sampler/metropolis_numpy.py).
 PROVISIONAL_SAMPLERS = {
