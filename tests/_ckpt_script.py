@@ -3,7 +3,9 @@
     python _ckpt_script.py DRIVER WORKDIR [--mode MODE] [--every E] [--sync]
 
 DRIVER is ``vmc`` or ``vmc_sr`` (8 steps) or ``tdvp`` (RK4, FullSumState,
-``run(0.08)`` with dt=0.01), built with fixed seeds by tests/builders.py.
+``run(0.08)`` with dt=0.01), or ``vmc_monitor``, ``vmc_numpy_complex`` (8
+steps; state their first step restructures), built with fixed seeds by
+tests/builders.py.
 MODE is ``checkpointed`` (``nkserde.checkpointed(driver, WORKDIR/ckpt,
 ...)``), ``callback`` (``callback=nkserde.Checkpoint(WORKDIR/ckpt, ...)``)
 or ``plain`` (no checkpoint: the reference). The run logs to
@@ -66,8 +68,15 @@ import nkserde.format.writer
 
 import builders  # tests/ is sys.path[0]: this script lives there
 
-AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08}
-BUILD = {"vmc": builders.vmc, "vmc_sr": builders.vmc_sr, "tdvp": builders.tdvp}
+AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08, "vmc_monitor": 8, "vmc_numpy_complex": 8}
+BUILD = {
+    "vmc": builders.vmc,
+    "vmc_sr": builders.vmc_sr,
+    "tdvp": builders.tdvp,
+    # state a fresh template holds provisionally (docs/schema.md)
+    "vmc_monitor": builders.vmc_monitor,
+    "vmc_numpy_complex": builders.vmc_numpy_complex,
+}
 
 CHECKPOINT = None  # the run's Checkpoint, once it exists
 _STDOUT = threading.Lock()
