@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import json
 import os
 import re
@@ -26,7 +27,7 @@ import warnings
 from pathlib import Path
 
 from . import format as fileformat
-from .errors import CorruptFileError, NkserdeError
+from .errors import CheckpointDirectoryError, CorruptFileError, NkserdeError
 from .format import bounded, limits
 from .format.atomic import atomic_write, pid_alive
 
@@ -118,6 +119,40 @@ def checkpoint_directories(directory: Path) -> list[tuple[int | None, Path]]:
     return [(int(RUN_DIRECTORY.match(p.name).group(1)), p) for p in runs(directory)]
 
 
+def unusable(directory: Path) -> CheckpointDirectoryError | None:
+    """Why ``directory`` cannot be a checkpoint directory, as far as it is
+    known without writing there (a file in its place or above it, a
+    read-only file system, no write permission), or None."""
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        return CheckpointDirectoryError(
+            errno.ENOTDIR, f"{path}: is a file, not a directory: give the Checkpoint a directory (or move the file)"
+        )
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return CheckpointDirectoryError(
+            errno.ENOTDIR, f"{path}: cannot be created: {existing} is a file, not a directory"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        read_only = _read_only(existing)
+        why = "is on a read-only file system" if read_only else "is not writable by this user"
+        message = f"{path}: {why}" if existing == path else f"{path}: cannot be created: {existing} {why}"
+        return CheckpointDirectoryError(
+            errno.EROFS if read_only else errno.EACCES,
+            f"{message}; checkpoints need a directory this process can write",
+        )
+    return None
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def read_fingerprint(directory: Path) -> dict | None:
     """The run fingerprint of a Checkpoint directory, None when it has none.
     A damaged one (not a JSON object, or past the header limit: it is a few
@@ -145,7 +180,15 @@ class RunDirectory:
         self.lock = DirectoryLock(self.path)
 
     def create(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        problem = unusable(self.path)
+        if problem is not None:
+            raise problem
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointDirectoryError(
+                exc.errno, f"{self.path}: creating the checkpoint directory failed: {exc.strerror or exc}"
+            ) from None
 
     def steps(self) -> list[int]:
         """Steps that have a checkpoint file, oldest first."""
@@ -198,19 +241,30 @@ class RunDirectory:
                 p.rename(target / p.name)
         return target
 
-    def retire(self, policy, newest: int) -> list[int]:
+    def retire(self, policy, newest: int, failed: list | None = None) -> list[int]:
         """Deletes the checkpoints ``policy`` (a
         :class:`nkserde.checkpoint.retention.Retention`) does not keep once
-        ``newest`` is written and verified; returns their steps."""
+        ``newest`` is written and verified; returns their steps. A deletion
+        that fails (a read-only file system) leaves the file and appends
+        ``(step, OSError)`` to ``failed`` (raised if ``failed`` is None)."""
         retired = policy.retired(self.steps(), newest)
         for step in retired:
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.step_path(step).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if failed is None:
+                    raise
+                failed.append((step, exc))
         return retired
 
 
 # seconds after which a lock file without an owner in it is taken over
 UNREADABLE_GRACE = 10.0
+# locks this process held and could not remove (a file system that turned
+# read-only): its own, so its next run takes them over
+_UNRELEASED: set[str] = set()
 
 
 class DirectoryLock:
@@ -238,9 +292,14 @@ class DirectoryLock:
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileNotFoundError as exc:
+                raise CheckpointDirectoryError(
+                    exc.errno, f"{self.path.parent}: taking the lock failed: the directory is gone"
+                ) from None
             except FileExistsError:
                 host, pid = self.owner()
-                if self._stale(host, pid) or self._earlier_attempt(job):
+                mine_left_behind = str(self.path) in _UNRELEASED and f"{host} {pid}" == me
+                if self._stale(host, pid) or self._earlier_attempt(job) or mine_left_behind:
                     with contextlib.suppress(FileNotFoundError):
                         self.path.unlink()
                     continue
@@ -253,9 +312,23 @@ class DirectoryLock:
                     f"{self.path.parent}: checkpoint directory is in use by {owner} (lock file "
                     f"{self.path}); two runs must not share a directory"
                 ) from None
-            with os.fdopen(fd, "w") as f:
-                f.write(content)
+            except OSError as exc:  # read-only, permission denied, disk full
+                raise CheckpointDirectoryError(
+                    exc.errno,
+                    f"{self.path.parent}: taking the lock failed: {exc.strerror or exc}; checkpoints need a "
+                    "directory this process can write",
+                ) from None
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(content)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+                raise CheckpointDirectoryError(
+                    exc.errno, f"{self.path.parent}: writing the lock {self.path.name} failed: {exc.strerror or exc}"
+                ) from None
             self.held = True
+            _UNRELEASED.discard(str(self.path))
             return
         raise NkserdeError(f"{self.path}: could not take over a stale lock")
 
@@ -293,12 +366,21 @@ class DirectoryLock:
                 return True
         return False
 
-    def release(self) -> None:
-        """Removes the lock if this object holds it; otherwise does nothing."""
-        if self.held:
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()
-            self.held = False
+    def release(self) -> OSError | None:
+        """Removes the lock if this object holds it; otherwise does nothing.
+        Returns the error if removing it failed (a read-only file system):
+        the lock stays, and is stale once this process has ended."""
+        if not self.held:
+            return None
+        self.held = False
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            _UNRELEASED.add(str(self.path))
+            return exc
+        return None
 
 
 def _slurm_attempt() -> tuple[str, int] | None:

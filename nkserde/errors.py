@@ -74,6 +74,15 @@ class FileWriteError(_SystemError):
     that handles a full disk as an OSError keeps working."""
 
 
+class CheckpointDirectoryError(_SystemError):
+    """A checkpoint directory cannot be used: a file is where it should be,
+    it or its parent is read-only or not writable, or creating it or its
+    lock failed. The message names the directory, what failed and what to
+    do; ``errno`` is the system's. Raised by ``Checkpoint(...)`` and
+    ``checkpointed(...)`` where it is known then, when a run starts
+    otherwise."""
+
+
 class FileReadError(_SystemError):
     """Reading a file failed in the operating system (an I/O error of the
     disk or network file system), as opposed to a file whose content is

@@ -83,6 +83,16 @@ class Registration:
       from_fields: ``fields -> object``, for a type that can be rebuilt from
         its stored fields alone where the template holds None (an object
         NetKet creates lazily at the first step).
+      provisional: ``{field: next_step}`` for fields whose value in a freshly
+        built object is provisional: the library builds it before the first
+        step, and the first steps give it its structure (optax's ``monitor``
+        fills an empty dict at its first update; a numpy sampler's first
+        reset makes a complex ``log_prob`` real). ``next_step(template,
+        value)`` returns the field's value after one more step of
+        ``template`` from ``value`` (at first the template's own value),
+        changing neither. A load calls it only where the file's value does
+        not have the structure of the template's (docs/schema.md,
+        "Provisional state").
     """
 
     name: str
@@ -97,6 +107,7 @@ class Registration:
     optional_fields: frozenset = frozenset()
     aliases: tuple = ()
     from_fields: Callable[[dict], Any] | None = None
+    provisional: Mapping[str, Callable[[Any, Any], Any]] = dataclasses.field(default_factory=dict, hash=False)
 
 
 class Loading(NamedTuple):
@@ -195,6 +206,7 @@ def register(
     optional_fields=(),
     aliases=(),
     from_fields=None,
+    provisional=None,
     override: bool = False,
 ) -> Registration:
     """Registers ``cls`` (and, with ``subclasses=True``, its subclasses that
@@ -216,6 +228,11 @@ def register(
     owner = next((t for t, r in _TABLES.by_type.items() if r is other), None)
     if other is not None and owner is not None and owner is not cls:
         raise ValueError(f"name {name!r} is already registered for {owner.__qualname__}")
+    provisional = dict(provisional or {})
+    if fields is not None and not set(provisional) <= set(fields):
+        raise ValueError(
+            f"provisional fields {sorted(set(provisional) - set(fields))} are not among the fields of {name}"
+        )
     reg = Registration(
         name,
         version,
@@ -228,6 +245,7 @@ def register(
         optional_fields=frozenset(optional_fields),
         aliases=tuple(aliases),
         from_fields=from_fields,
+        provisional=provisional,
     )
     _TABLES.by_type[cls] = reg
     _add_name(reg)

@@ -76,7 +76,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     """The state dict of ``obj``; raises UnregisteredTypeError naming the path
     of the first value nkserde does not know how to store. ``check_only``:
     only check that it can be stored (JAX arrays are not read: the result
-    holds None in their place)."""
+    holds a ``jax.ShapeDtypeStruct`` of each in its place)."""
     if check_only:
         with _set(_CHECK_ONLY):
             return to_state_dict(obj, path)
@@ -94,7 +94,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         if _is_key_array(obj):
             return _node(KEY_REGISTRATION, obj, path)
         _check_dtype(obj.dtype, path)
-        return None if _CHECK_ONLY.get() else _host_array(obj)
+        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if _CHECK_ONLY.get() else _host_array(obj)
     reg = registry.lookup(type(obj))
     if reg is not None:
         return _node(reg, obj, path)
@@ -377,14 +377,93 @@ def _restore_node(reg: registry.Registration, template, state, path):
             elif s in reg.free_fields:
                 restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
             else:
+                value = template_fields[k]
+                if s in reg.provisional:
+                    value = _provisional(reg.provisional[s], template, value, fields[s])
                 with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
-                    restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,))
+                    restored[k] = from_state_dict(value, fields[s], path + (s,))
     if not _lenient():
         return reg.from_state(template, restored)
     try:
         return reg.from_state(template, restored)
     except TemplateMismatchError as exc:
         return _kept(path, "differs", template, str(exc))
+
+
+# At most this many steps of a template make a provisional field final
+# (optax 0.2.8: two, for prodigy and dadapt_adamw over mixed dtypes).
+_MAX_FIRST_STEPS = 8
+
+
+def _provisional(next_step, template, value, state):
+    """The template of a provisional field (``Registration.provisional``):
+    the template's own ``value`` where the file's ``state`` has its
+    structure; else the value that the template's first steps give the
+    field, step by step, the first that has the structure of ``state``.
+    None has it (a step no longer changes the structure, or cannot be
+    taken): ``value`` again, so that the load refuses the difference as it
+    refuses any other."""
+    try:
+        current = to_state_dict(value, check_only=True)
+    except UnregisteredTypeError:
+        return value  # not a state this check can describe: the load decides
+    if _conforms(current, state):
+        return value
+    step = value
+    for _ in range(_MAX_FIRST_STEPS):
+        try:
+            step = next_step(template, step)
+            after = to_state_dict(step, check_only=True)
+        except Exception:  # the template cannot take the step: it stays as built, and decides
+            return value
+        if _conforms(after, state):
+            return step
+        if _conforms(after, current):
+            return value  # final: no later step takes the file's structure either
+        current = after
+    return value
+
+
+_SHAPED = (np.ndarray, np.generic, LazyArray, GlobalArray, jax.ShapeDtypeStruct)
+
+
+def _plain(x):
+    """A state dict value without the layout markers of placement.py (of a
+    per-process value, this process's)."""
+    while isinstance(x, (PerProcess, Primary, ProcessValues)):
+        if isinstance(x, ProcessValues):
+            x = x.values[jax.process_index() % len(x.values)] if x.values else None
+        else:
+            x = x.value
+    return x
+
+
+def _conforms(template, state) -> bool:
+    """Whether ``state`` (of a file or a state dict) has the structure of
+    ``template`` (a template's state dict, from ``to_state_dict(...,
+    check_only=True)``): the same stored types, dict keys and list lengths,
+    arrays of the same shapes and dtypes, scalars of the same types. A
+    stored object of another schema version conforms (its migration
+    decides)."""
+    template, state = _plain(template), _plain(state)
+    if isinstance(template, _SHAPED) or isinstance(state, _SHAPED):
+        return (
+            isinstance(template, _SHAPED)
+            and isinstance(state, _SHAPED)
+            and tuple(np.shape(template)) == tuple(np.shape(state))
+            # files are little-endian; a template's byte order is a layout detail
+            and np.dtype(template.dtype).newbyteorder("<") == np.dtype(state.dtype).newbyteorder("<")
+        )
+    if isinstance(template, dict) and isinstance(state, dict):
+        if TYPE in template or TYPE in state:
+            if registry.resolve(str(template.get(TYPE))) != registry.resolve(str(state.get(TYPE))):
+                return False
+            if template.get(VERSION) != state.get(VERSION):
+                return True
+        return template.keys() == state.keys() and all(_conforms(template[k], state[k]) for k in template)
+    if isinstance(template, list) and isinstance(state, list):
+        return len(template) == len(state) and all(map(_conforms, template, state))
+    return type(template) is type(state)
 
 
 def _unwrap(value):

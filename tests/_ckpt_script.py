@@ -3,7 +3,9 @@
     python _ckpt_script.py DRIVER WORKDIR [--mode MODE] [--every E] [--sync]
 
 DRIVER is ``vmc`` or ``vmc_sr`` (8 steps) or ``tdvp`` (RK4, FullSumState,
-``run(0.08)`` with dt=0.01), built with fixed seeds by tests/builders.py.
+``run(0.08)`` with dt=0.01), or ``vmc_monitor``, ``vmc_numpy_complex`` (8
+steps; state their first step restructures), built with fixed seeds by
+tests/builders.py.
 MODE is ``checkpointed`` (``nkserde.checkpointed(driver, WORKDIR/ckpt,
 ...)``), ``callback`` (``callback=nkserde.Checkpoint(WORKDIR/ckpt, ...)``)
 or ``plain`` (no checkpoint: the reference). The run logs to
@@ -34,6 +36,9 @@ Environment:
                                  that publish it (its temporary file exists).
     CKPT_JAX_CACHE=<dir>         JAX persistent compilation cache (only makes
                                  the processes after the first start faster).
+    CKPT_STEP_SECONDS=<s>        sleep s seconds at the end of every step (a
+                                 torture's random moments then fall in steps
+                                 as often as in the start-up).
 """
 
 from __future__ import annotations
@@ -63,8 +68,15 @@ import nkserde.format.writer
 
 import builders  # tests/ is sys.path[0]: this script lives there
 
-AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08}
-BUILD = {"vmc": builders.vmc, "vmc_sr": builders.vmc_sr, "tdvp": builders.tdvp}
+AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08, "vmc_monitor": 8, "vmc_numpy_complex": 8}
+BUILD = {
+    "vmc": builders.vmc,
+    "vmc_sr": builders.vmc_sr,
+    "tdvp": builders.tdvp,
+    # state a fresh template holds provisionally (docs/schema.md)
+    "vmc_monitor": builders.vmc_monitor,
+    "vmc_numpy_complex": builders.vmc_numpy_complex,
+}
 
 CHECKPOINT = None  # the run's Checkpoint, once it exists
 _STDOUT = threading.Lock()
@@ -108,6 +120,7 @@ class Printer(nk.callbacks.AbstractCallback):
     def on_step_end(self, step, log_data, driver):
         # NetKet increments step_count after on_step_end
         say(f"step {driver.step_count + 1}")
+        time.sleep(float(os.environ.get("CKPT_STEP_SECONDS", "0")))
         hold = os.environ.get("CKPT_STEP_HOLD")
         if hold and int(hold.split(":")[0]) == driver.step_count + 1:
             # a handshake, not a time window: the test signals this process

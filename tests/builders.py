@@ -48,6 +48,38 @@ def vmc_sr(**kw):
     return nk.driver.VMC_SR(H, optax.sgd(1e-2), variational_state=mc_state(), diag_shift=0.1, **kw)
 
 
+def monitor_chain():
+    """optax's own _monitoring_test: SGD with momentum, ``optax.monitor`` (a
+    gradient norm and its moving average), a clip. ``monitor``'s init
+    returns empty measurements; its first update fills them."""
+    return optax.chain(
+        optax.sgd(1e-2, momentum=0.9),
+        optax.monitor(
+            {
+                "norm_before_clip": optax.tree.norm,
+                "norm_before_clip_ema": optax.measure_with_ema(optax.tree.norm, decay=0.9),
+            }
+        ),
+        optax.clip_by_global_norm(1.0),
+    )
+
+
+def vmc_monitor():
+    """VMC with :func:`monitor_chain`: its optimizer state is provisional."""
+    _, _, H = system()
+    return nk.driver.VMC(H, monitor_chain(), variational_state=mc_state())
+
+
+def vmc_numpy_complex(sampler=None, param_dtype=complex):
+    """VMC with a numpy sampler (16 chains) and an RBM of ``param_dtype``:
+    for a complex model the sampler state is provisional (NetKet allocates
+    log_prob complex, its first reset makes it real)."""
+    _, hilbert, H = system()
+    sampler = (sampler or nk.sampler.MetropolisLocalNumpy)(hilbert, n_chains=16)
+    state = mc_state(sampler=sampler, model=nk.models.RBM(alpha=1, param_dtype=param_dtype))
+    return nk.driver.VMC(H, optax.sgd(1e-2), variational_state=state)
+
+
 def tdvp(integrator="RK4", schmitt=False, exact=True, **kw):
     _, hilbert, H = system()
     vs = full_sum_state() if exact else mc_state(n_samples=128)

@@ -7,8 +7,10 @@ bit for bit, the same JsonLog ``.log`` (every value) and ``.mpack``.
 
 Each run is ``tests/_ckpt_script.py`` (see its docstring) in a fresh
 process, for VMC, VMC_SR and TDVP (RK4, FullSumState, ``run(0.08)`` with
-dt=0.01), 8 steps each. The reference is one uninterrupted run per driver
-without any checkpointing, shared by the module.
+dt=0.01), 8 steps each, and for two VMC runs whose state a fresh template
+holds provisionally (optax.monitor; a numpy sampler with a complex model).
+The reference is one uninterrupted run per driver without any
+checkpointing, shared by the module.
 
 The ``.log`` files of two runs differ in the ``wallclock`` series (the time
 each step was logged); everything else must match, value for value and byte
@@ -286,6 +288,36 @@ def test_sigkill_at_a_random_step(driver, runner, reference, tmp_path):
     assert not (tmp_path / "result.npz").exists()
 
     second = runner.run_to_end(driver, tmp_path, *OPTIONS[driver])
+    check_resumed_run(second, saved)
+    assert_same_end(tmp_path, ref)
+    assert not locks(tmp_path)
+
+
+# State a freshly built template holds provisionally (issue 30, docs/schema.md
+# "Provisional state"): optax.monitor's measurements, empty until the first
+# update; a numpy sampler's log_prob, complex for a complex model until the
+# first reset. One run of each in the two ways of turning checkpoints on.
+PROVISIONAL = {
+    "vmc_monitor": ["--mode", "checkpointed", "--every", "2", "--sync"],
+    "vmc_numpy_complex": ["--mode", "callback", "--every", "2", "--sync"],
+}
+
+
+@pytest.mark.parametrize("driver", sorted(PROVISIONAL))
+def test_sigkill_and_rerun_of_state_its_first_step_restructures(driver, runner, reference, tmp_path):
+    """SIGKILL after step 5 (checkpoints of steps 2 and 4 on disk): the
+    rerun, whose driver is built before any step, loads step 4 and ends as
+    the uninterrupted run."""
+    ref = reference(driver)
+    k = 5
+    first = runner.start(driver, tmp_path, *PROVISIONAL[driver], env={"CKPT_STEP_HOLD": f"{k}:{tmp_path / 'release'}"})
+    first.wait_for(f"step {k}")  # printed in on_step_end, which then waits for the release file
+    first.send(signal.SIGKILL)
+    assert first.finish() == -signal.SIGKILL
+    saved = saved_steps(tmp_path)
+    assert saved[-1] == 4, saved
+
+    second = runner.run_to_end(driver, tmp_path, *PROVISIONAL[driver])
     check_resumed_run(second, saved)
     assert_same_end(tmp_path, ref)
     assert not locks(tmp_path)

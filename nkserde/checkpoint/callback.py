@@ -45,7 +45,7 @@ from netket.utils import struct
 
 from .. import api, checkpoint_file, registry
 from .._log import say
-from ..directory import RunDirectory
+from ..directory import RunDirectory, unusable
 from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import internals, loggers as netket_loggers, run_loop
@@ -203,6 +203,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _retention: Retention = struct.field(pytree_node=False, serialize=False)
     _writer: CheckpointWriter = struct.field(pytree_node=False, serialize=False)
     _signals: SignalCatcher = struct.field(pytree_node=False, serialize=False)
+    _retire_failures: list = struct.field(pytree_node=False, serialize=False)
     _job: JobControl | None = struct.field(pytree_node=False, serialize=False)
     # the run being checkpointed
     _run: Any = struct.field(pytree_node=False, serialize=False)
@@ -245,6 +246,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         ):
             raise ValueError(f'walltime must be "auto", None or a positive number of seconds, got {walltime!r}')
         self.directory = Path(directory)
+        problem = unusable(self.directory)  # a file in its place, a read-only file system: say so now
+        if problem is not None:
+            raise problem
         self.every, self.keep, self.keep_every = int(every), int(keep), keep_every
         self.resume = resume
         self.loggers = tuple(loggers)
@@ -262,9 +266,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._writer = CheckpointWriter(self.directory)
         self._signals = SignalCatcher(
             self.signals,
-            busy=lambda: self._run is not None and self._run.dirty_step is not None,
+            # Ctrl-C from a step's sampling to its end, or in a save: the
+            # step (the save) finishes, is checkpointed, then Ctrl-C is raised
+            busy=lambda: self._run is not None and (self._run.changing is not None or self._run.saving),
+            on_defer=lambda: say(
+                f"{self.directory}: Ctrl-C: finishing this step and checkpointing it; Ctrl-C again stops at once "
+                "(the newest checkpoint on disk stays)"
+            ),
         )
         self._job = None
+        self._retire_failures = []  # (step, OSError) from the writing thread
         self._run = None
 
     @property
@@ -307,7 +318,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def on_run_start(self, step, driver):
         end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
-        self._files.create()
+        self._files.create()  # CheckpointDirectoryError: it became unusable since Checkpoint(...)
         try:
             loggers, callbacks = _run_objects(self.loggers)
             run = _Run(loggers, callbacks, end_step)
@@ -336,6 +347,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._files.lock.release()
             raise
 
+    def on_compute_update_start(self, step, log_data, driver):
+        # NetKet samples (TDVP integrates) right after this hook: from here
+        # until the step ends, the driver is neither this step nor the next
+        if self._run is not None:
+            self._run.changing = driver.step_count
+
     def before_parameter_update(self, step, log_data, driver):
         if self._run is not None:
             self._run.dirty_step = driver.step_count
@@ -353,9 +370,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         run = self._run
         if run is None:
             return
+        if run.changing is not None and driver.step_count == run.changing:
+            # a rejected attempt of the same step starts again (adaptive
+            # integrators): not a step boundary, the driver is mid-step
+            return
         # Every callback has finished the previous step and NetKet has
         # counted it: the driver is exactly `step_count` steps in.
-        run.dirty_step = None
+        run.changing = run.dirty_step = None
         if driver.step_count > run.completed:
             scheduler.count_step()
         run.completed = driver.step_count
@@ -385,6 +406,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise nk.callbacks.StopRun(f"{what}: checkpointed step {run.completed} in {self.directory}")
         if run.completed % self.every == 0 and run.last_saved != run.completed:
             self._save(driver, asynchronous=self.async_save)
+            if self._signals.interrupt_pending:  # Ctrl-C during that (synchronous) save: it is written
+                self._signals.interrupt_pending = False
+                raise KeyboardInterrupt
 
     def on_run_end(self, step, driver):
         run = self._run
@@ -397,6 +421,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             stop = sys.exc_info()[1]  # NetKet calls on_run_end while handling it
             after_update = run.dirty_step is not None and run.dirty_step == driver.step_count
             final, raiser = classify_stop(stop, self.final_stops)
+            # a StopRun after the step began changing the driver, before its
+            # update (a callback's on_compute_update_end): half a step, never
+            # checkpointed; the newest checkpoint stays what resumes
+            mid_step = run.changing == driver.step_count and not after_update
             stopped = after_update and final
             run.completed = driver.step_count
             if after_update and not final:
@@ -407,7 +435,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 internals.set_step_count(driver, run.completed)
             if not final:
                 self.interrupted = self.interrupted or raiser
-            if run.last_saved != run.completed or stopped:
+            if mid_step:
+                warnings.warn(
+                    f"nkserde: the run stopped while step {run.changing} was being computed; half a step is "
+                    f"not checkpointed: {self._newest()}",
+                    stacklevel=2,
+                )
+            elif run.last_saved != run.completed or stopped:
                 # a final stop keeps NetKet's count, and the checkpoint says
                 # the run stopped there, so a rerun of the same script stops too
                 self._save(driver, asynchronous=False, stopped=stopped)
@@ -442,17 +476,21 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if run is None:
             return
         try:
+            if self._writer.aborted:  # Ctrl-C cut a write short: it is not on disk
+                run.last_saved = None
             if multi_process():
                 # An error need not strike every process at the same step (or
                 # at all): a save needs all of them, so none is attempted.
-                warnings.warn(f"nkserde: the run failed; the newest checkpoint is step {run.last_saved}", stacklevel=2)
-            elif run.dirty_step is not None:
-                # The error struck after this step began updating parameters
-                # and before every callback finished it: the driver is
-                # between two steps and cannot be saved as either.
+                warnings.warn(f"nkserde: the run failed; {self._newest()}", stacklevel=2)
+            elif run.changing == driver.step_count:  # (changing + 1: that step completed and was counted)
+                # The error struck after this step began changing the driver
+                # (its sampling, its update) and before every callback
+                # finished it: the driver is between two steps and cannot
+                # be saved as either.
+                what = "applied" if run.dirty_step is not None else "computed"
                 warnings.warn(
-                    f"nkserde: the run failed while step {run.dirty_step} was being applied; "
-                    f"the newest checkpoint is step {run.last_saved}",
+                    f"nkserde: the run failed while step {run.changing} was being {what}; half a step is not "
+                    f"checkpointed: {self._newest()}",
                     stacklevel=2,
                 )
             else:
@@ -586,34 +624,57 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
         run = self._run
         completed = run.completed
-        run.last_saved = completed  # a failed checkpoint is not retried at the same step
         started = time.monotonic()
-        self._settle_write_error()
-        state = api.state_dict(self._payload(driver, run, completed, stopped))
-        if asynchronous:
-            state = host_copy(state)
-        path = self.path(completed)
+        run.saving = True  # a Ctrl-C now waits for the save (see SignalCatcher)
         try:
-            self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous, target=path)
-        except NkserdeError as exc:
-            self._write_failed(exc)
+            self._settle_write_error()
+            state = api.state_dict(self._payload(driver, run, completed, stopped))
+            if asynchronous:
+                state = host_copy(state)
+            path = self.path(completed)
+            try:
+                self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous, target=path)
+            except NkserdeError as exc:
+                run.last_saved = completed  # a failed checkpoint is not retried at the same step
+                self._write_failed(exc)
+            else:
+                run.last_saved = completed  # (a KeyboardInterrupt leaves it unsaved: retried on the way out)
+        finally:
+            run.saving = False
         if not asynchronous and self._job is not None:
             self._job.saved(time.monotonic() - started)
 
     def _settle_write_error(self):
         """The error of the last write, if it failed: raised or warned about
-        (``on_write_error``)."""
+        (``on_write_error``); checkpoints retention could not delete: warned
+        about."""
+        self._warn_retire_failures()
         try:
             self._writer.raise_error()
         except NkserdeError as exc:
             self._write_failed(exc)
 
+    def _warn_retire_failures(self):
+        while self._retire_failures:
+            step, exc = self._retire_failures.pop(0)
+            warnings.warn(
+                f"nkserde: {self.directory}: deleting {self.path(step).name} (retention) failed: "
+                f"{exc.strerror or exc}; it stays on disk",
+                stacklevel=5,
+            )
+
     def _write_failed(self, exc: NkserdeError):
         if self.on_write_error == "raise":
             raise exc
-        steps = self.steps()
-        newest = f"{self.path(steps[-1]).name} is the newest checkpoint" if steps else "there is no checkpoint yet"
-        warnings.warn(f"nkserde: {exc}; {newest}; the run goes on (on_write_error='warn')", stacklevel=4)
+        warnings.warn(f"nkserde: {exc}; {self._newest()}; the run goes on (on_write_error='warn')", stacklevel=4)
+
+    def _newest(self) -> str:
+        """Which checkpoint a rerun resumes, in words."""
+        try:
+            steps = self.steps()
+        except OSError:
+            steps = []
+        return f"{self.path(steps[-1]).name} is the newest checkpoint" if steps else "there is no checkpoint yet"
 
     def _write_steps(self, state, path, completed):
         """The steps of writing one checkpoint (see background.BackgroundWrite)."""
@@ -622,7 +683,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         yield from api.save_state_dict_steps(state, path, root_type=checkpoint_file.ROOT_TYPE, sequence=sequence)
         if jax.process_index() == 0:  # directory upkeep is process 0's
             yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
-            self._files.retire(self._retention, completed)
+            # a deletion that fails is not a failure of this write: said apart
+            self._files.retire(self._retention, completed, failed=self._retire_failures)
 
     def wait(self):
         """Blocks until the write in flight (if any) has finished; whatever
@@ -636,10 +698,19 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._signals.restore()
         if current_job() is not None:  # every process of the job
             scheduler.absorb_late_signals(self.signals)
-        self._files.lock.release()
+        unreleased = self._files.lock.release()
+        if unreleased is not None:  # a read-only file system: never an exception at the run's end
+            warnings.warn(
+                f"nkserde: {self.directory}: releasing the lock {self._files.lock.path.name} failed: "
+                f"{unreleased.strerror or unreleased}; a later run on this host takes it over once this "
+                "process has ended",
+                stacklevel=4,
+            )
         if raise_write_error:
             self._settle_write_error()
-        elif self._writer.error is not None:
+            return
+        self._warn_retire_failures()
+        if self._writer.error is not None:
             say(f"{self.directory}: writing a checkpoint failed: {self._writer.discard_error()}", logging.WARNING)
 
 
@@ -654,6 +725,8 @@ class _Run:
         self.completed = 0  # steps the driver has completed
         self.last_saved: int | None = None  # step of the newest checkpoint submitted
         self.dirty_step: int | None = None  # the step whose update has begun, until it completes
+        self.changing: int | None = None  # the step whose sampling has begun, until it completes
+        self.saving = False  # a checkpoint is being taken in the run's thread
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
         self.stop = None  # a StopFlag shared by the processes of a multi-process run
         self.stopped_by: int | None = None  # the signal (or WALLTIME) that stopped the run

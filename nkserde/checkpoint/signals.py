@@ -18,20 +18,29 @@ class SignalCatcher:
     """Records ``signals`` instead of dying of them (the previous handler, if
     it is a function, still runs); the run decides when to stop.
 
-    ``defer_sigint``: Ctrl-C while ``busy()`` (a step between its parameter
-    update and the end of its callbacks) sets ``interrupt_pending`` instead of
-    raising, so the run can finish the step and raise it then; when not
-    busy, KeyboardInterrupt at once. Installed only where Python's default
+    ``defer_sigint``: Ctrl-C while ``busy()`` (a step that has begun
+    changing the driver, until it ends; a checkpoint being written) sets
+    ``interrupt_pending`` instead of raising, so the run can finish the step
+    and raise it then; a second Ctrl-C, or one when not busy, raises
+    KeyboardInterrupt at once. ``on_defer(...)`` is called at the first. Installed only where Python's default
     SIGINT handler is in place and SIGINT is not among ``signals`` (a
     handler of the user's, or of another tool, is left alone).
 
     Handlers can only be installed from the main thread; elsewhere
     :meth:`install` does nothing (signals then reach nobody's handler here)."""
 
-    def __init__(self, signals=(), *, defer_sigint: bool = False, busy: Callable[[], bool] = lambda: False):
+    def __init__(
+        self,
+        signals=(),
+        *,
+        defer_sigint: bool = False,
+        busy: Callable[[], bool] = lambda: False,
+        on_defer: Callable[[], None] = lambda: None,
+    ):
         self.signals = tuple(signals)
         self.defer_sigint = defer_sigint
         self.busy = busy
+        self.on_defer = on_defer
         self.received: int | None = None
         self.interrupt_pending = False
         self._previous: dict = {}
@@ -60,9 +69,10 @@ class SignalCatcher:
             return self
 
         def on_sigint(signum, frame):
-            if not self.busy():
+            if self.interrupt_pending or not self.busy():
                 raise KeyboardInterrupt
             self.interrupt_pending = True
+            self.on_defer()
 
         self._previous[signal.SIGINT] = previous_sigint
         signal.signal(signal.SIGINT, on_sigint)

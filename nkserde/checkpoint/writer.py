@@ -40,12 +40,16 @@ class CheckpointWriter:
         self._target = None  # what the write in flight writes
         self._error: BaseException | None = None
         self._error_target = None
+        # the target of a write a KeyboardInterrupt (or another
+        # BaseException) cut short in the caller: not on disk
+        self.aborted = None
 
     def submit(self, steps, *, asynchronous: bool, target=None) -> None:
         """Waits for the write in flight, then runs ``steps`` (a generator of
         bounded write steps) that write ``target`` (named in errors): in a
         background thread if ``asynchronous``, else here, raising its error."""
         self.wait()
+        self.aborted = None
         write = BackgroundWrite(steps, name="nkserde-checkpoint")
         self._write, self._target = write, target
         if asynchronous:
@@ -63,7 +67,11 @@ class CheckpointWriter:
         if write is None:
             return
         if not write.done:
-            write.finish()
+            try:
+                write.finish()
+            except BaseException:
+                self._write, self.aborted = None, self._target
+                raise
         self._write = None
         if write.error is not None:
             self._error, self._error_target = write.error, self._target

@@ -45,13 +45,15 @@ def register_attributes(
     optional=(),
     aliases=(),
     finish=None,
+    provisional=None,
 ):
     """Registers ``cls`` as a record of attributes: ``fields`` maps the
     nkserde field name to the attribute that holds it. ``optional`` fields
     are attributes only some library versions have (see
     ``Registration.optional_fields``); an object without the attribute
     does not store the field. ``finish(template, new) -> new``, if given,
-    completes the loaded object.
+    completes the loaded object. ``provisional``: see
+    ``Registration.provisional``.
 
     Loading builds the new object from the template: ``template.replace(...)``
     for immutable pytrees, else a shallow copy with the restored attributes
@@ -86,6 +88,7 @@ def register_attributes(
         fields=tuple(fields),
         optional_fields=optional,
         aliases=aliases,
+        provisional=provisional,
     )
 
 

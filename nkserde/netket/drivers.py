@@ -17,6 +17,7 @@ import netket.experimental as nkx
 
 from .. import registry
 from ._common import find, register_attributes
+from .optimizers import after_one_update
 
 
 def _without_cached_samples(vs):
@@ -41,11 +42,21 @@ def _as_next_step_sees_them(fields: dict) -> dict:
     return {k: _without_cached_samples(v) if k in _STATES else v for k, v in fields.items()}
 
 
+def _next_optimizer_state(driver, state):
+    """The optimizer state ``state`` of the template ``driver`` after its
+    next step."""
+    return after_one_update(driver.optimizer, state, driver.state.parameters)
+
+
 def _register_driver(cls, name, fields, **kwargs):
     # optax states can change dtype during a run (inject_hyperparams with
     # parameters of mixed dtypes): a fresh template cannot know the new one.
+    # Some change their structure at the first updates (optax.monitor fills
+    # an empty dict): the optimizer state is provisional, the template's
+    # first updates tell what it becomes (docs/schema.md).
     # The momentum buffer is an attribute of every driver only from NetKet 3.22.
     optional = ("momentum",) * ("momentum" in fields) + kwargs.pop("optional", ())
+    provisional = {"optimizer_state": _next_optimizer_state} if "optimizer_state" in fields else None
     return register_attributes(
         cls,
         name,
@@ -53,6 +64,7 @@ def _register_driver(cls, name, fields, **kwargs):
         dtype_from_file=("optimizer_state",),
         optional=optional,
         adjust=_as_next_step_sees_them,
+        provisional=provisional,
         **kwargs,
     )
 

@@ -135,6 +135,19 @@ def _usable_chains(new, template, state):
     return new.sampler.reset(new._sampler_model, new._sampler_variables, state)
 
 
+def _reset_sampler_state(vs, state):
+    """The sampler state ``state`` of the template ``vs`` as its next
+    sampling starts: reset (every ``sample()`` starts with one), on a copy.
+    NetKet builds some sampler states provisionally: a numpy sampler's
+    ``log_prob`` has the model's output dtype (complex for a complex model)
+    until the first reset makes it real."""
+    state = copy.deepcopy(state)  # numpy samplers reset in place
+    return vs.sampler.reset(vs._sampler_model, vs._sampler_variables, state)
+
+
+# the sampler state is provisional until the first reset (docs/schema.md)
+_MC_PROVISIONAL = {"sampler_state": _reset_sampler_state}
+
 registry.register(
     nk.vqs.MCState,
     name="netket.vqs.MCState",
@@ -144,6 +157,7 @@ registry.register(
     subclasses=True,
     fields=_MC_FIELDS,
     dtype_from_file=("model_state",),
+    provisional=_MC_PROVISIONAL,
     doc="parameters: params pytree; model_state: {collection: pytree}; sampler_state; "
     "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None "
     "(the last three record the writing run's settings; a load keeps the template's)",
@@ -182,6 +196,7 @@ registry.register(
     subclasses=True,
     fields=_MC_FIELDS + ("diagonal",),
     dtype_from_file=("model_state",),
+    provisional=_MC_PROVISIONAL,
     doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)",
 )
 

@@ -1,0 +1,132 @@
+"""A kill-and-signal torture of checkpointed runs: chains of runs of the
+same script (tests/_ckpt_script.py: an 8-site VMC with a JsonLog, 8 steps
+of about STEP_SECONDS each), each run interrupted at a random moment by a
+random SIGKILL, SIGTERM or SIGINT (start-up, resume, mid-step, inside a
+save) and run again, until one run reaches the end. Every chain must end
+with the parameters and the JsonLog (every step once) of the run never
+interrupted; every interrupted run must exit as its signal says (SIGKILL:
+killed; SIGTERM: 75 once the Checkpoint holds the signal, killed before;
+SIGINT: KeyboardInterrupt).
+
+    python tests/torture.py --interruptions 60 --seed 1       # prints the figures
+
+tests/test_interruptions.py runs a short one (a few interruptions) in CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from test_checkpoint_kill import Outcome, Runner, end_differences
+
+SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT)
+STEP_SECONDS = 0.3
+# (every, writer) per chain, in turn: both writers, a checkpoint every step and every third
+SETTINGS = [("1", []), ("3", ["--sync"]), ("3", []), ("1", ["--sync"])]
+
+
+def exit_is_expected(signum: int, code: int, finished: bool) -> bool:
+    if finished:
+        return code == 0
+    if signum == signal.SIGKILL:
+        return code == -signal.SIGKILL
+    if signum == signal.SIGTERM:  # 75 once caught by the Checkpoint; Python's default before
+        return code in (75, -signal.SIGTERM)
+    # SIGINT: a KeyboardInterrupt Python ends with (it re-raises SIGINT to die of it)
+    return code in (-signal.SIGINT, 1, 130)
+
+
+def chain(runner: Runner, workdir: Path, rng: random.Random, interruptions: int, options, window) -> dict:
+    """Runs the script in ``workdir`` until it ends, interrupting the first
+    ``interruptions`` runs at a random moment within ``window`` seconds of
+    their start. Returns what happened."""
+    stats = Counter()
+    env = {"CKPT_STEP_SECONDS": str(STEP_SECONDS)}
+    for i in range(interruptions + 1):
+        process = runner.start("vmc", workdir, *options, env=env)
+        if i == interruptions:
+            code = process.finish()
+            stats["final runs"] += 1
+            if code != 0 or not process.find(r"finished step_count=\d+ t=.*"):
+                raise AssertionError(f"the last run of the chain failed ({code}):\n{process.output[-3000:]}")
+            break
+        signum = rng.choice(SIGNALS)
+        time.sleep(rng.uniform(*window))
+        alive = process.popen.poll() is None
+        if alive:
+            process.popen.send_signal(signum)
+        code = process.finish()
+        finished = bool(process.find(r"finished step_count=\d+ t=.*"))
+        if not alive:
+            stats["runs that ended before the signal"] += 1
+        else:
+            stats[f"interruptions by {signal.Signals(signum).name}"] += 1
+            stats["interruptions"] += 1
+            if any(line.startswith("step ") for line in process.lines):
+                stats["interruptions during the run's steps"] += 1
+            if not exit_is_expected(signum, code, finished):
+                raise AssertionError(
+                    f"{signal.Signals(signum).name}: exit {code} (finished: {finished}):\n{process.output[-3000:]}"
+                )
+        if finished:
+            stats["chains that finished early"] += 1
+            break
+        if "resumed_from None" not in process.output and any("resumed_from" in line for line in process.lines):
+            stats["resumes"] += 1
+    return dict(stats)
+
+
+def torture(root: Path, interruptions: int, seed: int, chains: int | None = None) -> dict:
+    """``interruptions`` in all, over chains of about 5 each (or ``chains``);
+    raises AssertionError if a chain ends otherwise than the straight run."""
+    runner = Runner(root / "jax-cache")
+    try:
+        reference_dir = root / "reference"
+        reference_dir.mkdir(parents=True)
+        started = time.monotonic()
+        runner.run_to_end("vmc", reference_dir, "--mode", "plain", env={"CKPT_STEP_SECONDS": str(STEP_SECONDS)})
+        window = (0.2, 1.2 * (time.monotonic() - started))
+        reference = Outcome(reference_dir)
+        rng = random.Random(seed)
+        chains = chains or max(1, round(interruptions / 5))
+        per_chain = [interruptions // chains + (1 if c < interruptions % chains else 0) for c in range(chains)]
+        totals: Counter = Counter()
+        for c, count in enumerate(per_chain):
+            every, writer = SETTINGS[c % len(SETTINGS)]
+            workdir = root / f"chain-{c}"
+            workdir.mkdir()
+            stats = chain(runner, workdir, rng, count, ["--mode", "checkpointed", "--every", every, *writer], window)
+            problems = end_differences(workdir, reference)
+            if problems:
+                raise AssertionError(f"chain {c} (every={every} {writer}) ended otherwise:\n" + "\n".join(problems))
+            totals.update(stats)
+            totals["chains"] += 1
+        totals["window seconds"] = round(window[1], 1)
+        return dict(totals)
+    finally:
+        runner.kill_all()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--interruptions", type=int, default=60)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nkserde-torture-") as root:
+        started = time.monotonic()
+        totals = torture(Path(root), args.interruptions, args.seed)
+        for key, value in sorted(totals.items()):
+            print(f"{key}: {value}")
+        print(f"every chain ended as the uninterrupted run; {time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main()
