@@ -381,7 +381,9 @@ def test_ls_without_verifying_and_diff_of_directories(inputs, capsys):
 
 
 # What a header reader must not import: seconds of start-up on a login node
-HEAVY = ("jax", "jaxlib", "netket", "flax", "optax")
+# (ml_dtypes alone, JAX's extra dtypes, costs a second of CPU: imported only
+# for a file that holds one of them)
+HEAVY = ("jax", "jaxlib", "netket", "flax", "optax", "ml_dtypes")
 PROBE = """
 import json, sys
 from nkserde.cli import main
@@ -416,6 +418,18 @@ def test_header_commands_import_neither_jax_nor_netket(inputs, command, files):
     code, heavy = run_probed(*command, *(inputs / f for f in files))
     assert code == (1 if files == ["damaged.nks"] else 0)
     assert heavy == [], f"nkserde {' '.join(command + files)} imported {heavy}"
+
+
+def test_a_file_holding_a_bfloat16_array_imports_ml_dtypes_for_it(tmp_path):
+    import ml_dtypes
+
+    path = tmp_path / "bf16.nks"
+    nkserde.save({"w": np.arange(4, dtype=ml_dtypes.bfloat16)}, path)
+    code, heavy = run_probed("inspect", "--arrays", path)
+    assert code == 0 and heavy == ["ml_dtypes"]  # ml_dtypes, for its dtype; still no JAX
+    code, data = run_json("inspect", "--arrays", path)
+    (w,) = data["entries"]
+    assert w["dtype"] == "bfloat16" and w["stats"]["max"] == 3.0
 
 
 def test_a_dry_run_of_an_old_file_imports_what_its_migration_needs_and_plans_as_the_registry_does(tmp_path):
