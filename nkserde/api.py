@@ -157,8 +157,9 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
     ``strict=False``: restore what matches and keep the template's value
     for every entry missing in the file or whose shape, dtype or type
     differs; stored entries the template has no place for are not used.
-    Each is named in a :class:`nkserde.LoadReport` and in one
-    :class:`nkserde.PartialLoadWarning` (``.report``). A stored object of
+    Each is named in a :class:`nkserde.LoadReport`, returned with
+    ``report=True``, else in one :class:`nkserde.PartialLoadWarning`
+    (``.report``) shown at the line that called ``load``. A stored object of
     another kind of the same family loads its shared fields only: an
     MCState's parameters and model state into a FullSumState (and back:
     the MCState keeps its template's sampler state), a driver's
@@ -216,8 +217,10 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         if str(exc).startswith(f"{path}:"):  # a lazy read's error names the file already
             raise
         raise type(exc)(f"{path}: {exc}") from None
-    log.warn(stacklevel=2)
-    return (obj, log) if report else obj
+    if report:  # asked for: returned, not warned about
+        return obj, log
+    log.warn()
+    return obj
 
 
 def _netket_file(path: Path) -> bool:

@@ -42,6 +42,7 @@ import jax
 import netket as nk
 from netket.utils import struct
 
+from .._warnings import outside
 from .. import api, checkpoint_file, registry
 from .._log import say
 from ..directory import RunDirectory
@@ -97,7 +98,7 @@ def _run_objects(extra_loggers) -> tuple[tuple, tuple]:
             warnings.warn(
                 f"nkserde: {type(logger).__name__} is not checkpointed: after a "
                 "resume its output may hold the steps after the checkpoint twice",
-                stacklevel=4,
+                stacklevel=outside(),
             )
     stored_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
     # logger wrappers are handled through their loggers, in place
@@ -378,7 +379,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if multi_process():
                 # An error need not strike every process at the same step (or
                 # at all): a save needs all of them, so none is attempted.
-                warnings.warn(f"nkserde: the run failed; the newest checkpoint is step {run.last_saved}", stacklevel=2)
+                warnings.warn(
+                    f"nkserde: the run failed; the newest checkpoint is step {run.last_saved}", stacklevel=outside()
+                )
             elif run.dirty_step is not None:
                 # The error struck after this step began updating parameters
                 # and before every callback finished it: the driver is
@@ -386,7 +389,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 warnings.warn(
                     f"nkserde: the run failed while step {run.dirty_step} was being applied; "
                     f"the newest checkpoint is step {run.last_saved}",
-                    stacklevel=2,
+                    stacklevel=outside(),
                 )
             else:
                 run.completed = driver.step_count
@@ -394,7 +397,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                     self._save(driver, asynchronous=False)
             self.wait()
         except Exception as exc:  # never mask the error that stopped the run
-            warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=2)
+            warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=outside())
         finally:
             self._finish(raise_write_error=False)
 
@@ -493,7 +496,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 if key in stored:
                     restored.append((obj, api.from_state_dict(obj, stored[key])))
                 else:
-                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=3)
+                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=outside())
         # In place: the script's own variational state object gets the numbers.
         _assign(driver.state, new.state)
         _assign(driver, new, skip=(internals.DRIVER_STATE_ATTRIBUTE,))
@@ -532,7 +535,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise exc
         steps = self.steps()
         newest = f"{self.path(steps[-1]).name} is the newest checkpoint" if steps else "there is no checkpoint yet"
-        warnings.warn(f"nkserde: {exc}; {newest}; the run goes on (on_write_error='warn')", stacklevel=4)
+        warnings.warn(f"nkserde: {exc}; {newest}; the run goes on (on_write_error='warn')", stacklevel=outside())
 
     def _write_steps(self, state, path, completed):
         """The steps of writing one checkpoint (see background.BackgroundWrite)."""
