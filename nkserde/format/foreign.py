@@ -61,14 +61,15 @@ def _msgpack_map(data: bytes) -> bool:
 
 
 def netket_kind(path) -> str | None:
-    """``"nqxpack"`` (a zip, or a directory with NetKet's ``metadata.json``),
-    ``"mpack"`` (flax msgpack) or None, from the first bytes of the file."""
+    """``"nqxpack"`` (a zip, or a directory, with NetKet's ``metadata.json``;
+    a zip that does not open, whose reader says why), ``"mpack"`` (flax
+    msgpack) or None, from the content of the file."""
     path = Path(path)
     if path.is_dir():
         return "nqxpack" if (path / NETKET_METADATA).is_file() else None
     data = head(path, len(MAGIC))
-    if data[:4] == ZIP:
-        return "nqxpack"
+    if data[:4] == ZIP:  # a zip that opens without NetKet's metadata is someone else's (numpy's .npz)
+        return None if _nqxpack_metadata(path) is False else "nqxpack"
     if _msgpack_map(data):
         return "mpack"
     return None
@@ -87,16 +88,16 @@ def _text(data: bytes) -> str | None:
     return None
 
 
-def _nqxpack_metadata(path: Path) -> bool:
+def _nqxpack_metadata(path: Path) -> bool | str:
     """Whether the zip (or directory) holds NetKet's metadata.json, of
-    format "NetKet"."""
+    format "NetKet"; why not, if it cannot be read."""
     try:
         with bounded.Archive(path) as archive:
             if NETKET_METADATA not in archive:
                 return False
             meta = bounded.parse_json(archive.read(NETKET_METADATA, _MAX_METADATA_BYTES), f"{path}")
-    except (CorruptFileError, OSError):
-        return False
+    except (CorruptFileError, OSError) as exc:
+        return str(exc).removeprefix(f"{path}: ")
     return isinstance(meta, dict) and meta.get("format") == "NetKet"
 
 
@@ -112,9 +113,12 @@ def describe(path) -> str:
     if not data:
         return "an empty file (0 bytes)"
     if data.startswith(ZIP):
-        if _nqxpack_metadata(path):
+        netket = _nqxpack_metadata(path)
+        if netket is True:
             return "a file NetKet wrote (nqxpack, a zip archive)"
-        return f"a zip archive without NetKet's {NETKET_METADATA}, so not an nqxpack file (numpy's .npz is one)"
+        if netket is False:
+            return f"a zip archive without NetKet's {NETKET_METADATA}, so not an nqxpack file (numpy's .npz is one)"
+        return f"a zip archive that cannot be read ({netket})"
     for signature, what in _SIGNATURES:
         if data.startswith(signature):
             return what
