@@ -215,7 +215,7 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         raise  # raised by the reader: names the file already
     except TemplateMismatchError as exc:
         message = str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}"
-        raise TemplateMismatchError(message + (what_to_do(template, state, where, path) if strict else "")) from None
+        raise TemplateMismatchError(message + (_what_to_do(template, state, where, path) if strict else "")) from None
     except NkserdeError as exc:
         if str(exc).startswith(f"{path}:"):  # a lazy read's error names the file already
             raise
@@ -226,7 +226,7 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
     return obj
 
 
-def what_to_do(template, state, where, path) -> str:
+def _what_to_do(template, state, where, path) -> str:
     """What a strict load that did not fit its template can do instead, to
     end its message: load the part of the file that has the template's type
     (``at=``), a template of the file's type, or what matches
@@ -275,7 +275,10 @@ def _places_like(template, reg, state, *, transfer: bool = False, limit: int = 3
     if reg is None and not keys:
         return []
 
-    def fits(stored) -> bool:
+    def fits(node: dict) -> bool:
+        stored = node.get(tree.TYPE)
+        if reg is None:  # a plain map with the template's keys
+            return not isinstance(stored, str) and set(map(str, node)) == keys
         if not isinstance(stored, str):
             return False
         if transfer:
@@ -288,18 +291,13 @@ def _places_like(template, reg, state, *, transfer: bool = False, limit: int = 3
         for where, node in frontier:
             items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
             for k, child in items:
-                if not isinstance(child, dict):
-                    deeper.append((where + (k,), child)) if isinstance(child, list) else None
+                if isinstance(child, dict) and fits(child):
+                    found.append(where + (k,))
+                    if len(found) == limit:
+                        return found
                     continue
-                stored = child.get(tree.TYPE)
-                if reg is not None and fits(stored):
-                    found.append(where + (k,))
-                elif keys is not None and not isinstance(stored, str) and set(map(str, child)) == keys:
-                    found.append(where + (k,))
-                else:
+                if isinstance(child, (dict, list)):
                     deeper.append((where + (k,), child))
-                if len(found) == limit:
-                    return found
         frontier = deeper
     return found
 
