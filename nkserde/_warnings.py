@@ -25,8 +25,10 @@ def _internal_prefixes() -> tuple[str, ...]:
 def outside() -> int:
     """The ``stacklevel`` at which ``warnings.warn``, called by the caller
     of this function, names the first frame outside nkserde and NetKet."""
+    import inspect  # here: warnings are rare, and the command line starts without it
+
     internal = _internal_prefixes()
-    frame, level = sys._getframe(1), 1  # the function that calls warnings.warn: stacklevel 1
+    frame, level = inspect.currentframe().f_back, 1  # the function that calls warnings.warn: stacklevel 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(internal):
         frame, level = frame.f_back, level + 1
     return level
