@@ -232,12 +232,6 @@ def array_stats(a: np.ndarray) -> dict:
 NETKET_FORMATS = {"mpack": "flax msgpack, an .mpack", "nqxpack": "nqxpack"}
 
 
-def _netket_file(path: Path) -> str | None:
-    """``"mpack"`` or ``"nqxpack"`` for a file (or nqxpack directory) NetKet
-    wrote, else None."""
-    return foreign.netket_kind(path)
-
-
 def _disk_size(path: Path) -> int:
     if path.is_dir():
         return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
@@ -285,7 +279,7 @@ def _inspect_netket(path: Path, args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    if _netket_file(_existing(args.file)):
+    if foreign.netket_kind(_existing(args.file)):
         return _inspect_netket(Path(args.file), args)
     path = _file(args.file)
     info, entries = file_info.contents(path)
@@ -382,7 +376,7 @@ def _verify_targets(paths) -> list[Path]:
     files = []
     for name in paths:
         p = Path(name)
-        if p.is_dir() and not _netket_file(p):
+        if p.is_dir() and not foreign.netket_kind(p):
             found = [
                 directory.step_path(d, s) for _, d in directory.checkpoint_directories(p) for s in directory.steps(d)
             ]
@@ -398,7 +392,7 @@ def cmd_verify(args) -> int:
         info, netket, checked = None, None, "checksums"
         if not path.exists():
             problem = f"{path}: no such file or directory"
-        elif (kind := _netket_file(path)) is not None:
+        elif (kind := foreign.netket_kind(path)) is not None:
             # no checksums to check: what can be checked is that it decodes whole
             checked = "structure"
             try:
@@ -536,7 +530,7 @@ def _ls_netket_files(path: Path, found: list[dict], args) -> int:
 def cmd_ls(args) -> int:
     path = _existing(args.directory)
     if not path.is_dir():
-        kind = _netket_file(path)
+        kind = foreign.netket_kind(path)
         what = f"a file NetKet wrote ({NETKET_FORMATS[kind]}); " if kind else ""
         raise CommandError(f"{path}: not a directory: {what}nkserde inspect {path} shows a file")
     runs = listing.listing(path, verify=not args.no_verify)
