@@ -12,8 +12,13 @@ extensions = ["myst_parser", "sphinx.ext.autodoc", "sphinx.ext.napoleon"]
 source_suffix = {".md": "markdown"}
 myst_heading_anchors = 3
 exclude_patterns = ["_build"]
-html_theme = "alabaster"
+# NetKet's own theme: what NetKet users know, and code blocks shown whole
+# (scrolled, never cut at the edge of a narrow column)
+html_theme = "sphinx_book_theme"
 html_title = "nkserde"
+html_theme_options = {"show_toc_level": 2, "use_download_button": False, "use_fullscreen_button": False}
+html_static_path = ["_static"]
+html_css_files = ["wide.css"]  # the page as wide as the window: 120-column outputs show whole
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 # docstrings write ``code`` in reStructuredText; a plain `x` is code too

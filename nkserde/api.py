@@ -11,9 +11,9 @@ from pathlib import Path
 
 import jax
 
-from . import checkpoint_file, directory, file_info, partial_load, tree
+from . import checkpoint_file, directory, file_info, partial_load, registry, tree
 from . import format as fileformat
-from .errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
+from .errors import CorruptFileError, FileReadError, NkserdeError, TemplateMismatchError, UnsupportedVersionError
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
 from .placement import PerProcess, Primary
 
@@ -157,8 +157,9 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
     ``strict=False``: restore what matches and keep the template's value
     for every entry missing in the file or whose shape, dtype or type
     differs; stored entries the template has no place for are not used.
-    Each is named in a :class:`nkserde.LoadReport` and in one
-    :class:`nkserde.PartialLoadWarning` (``.report``). A stored object of
+    Each is named in a :class:`nkserde.LoadReport`, returned with
+    ``report=True``, else in one :class:`nkserde.PartialLoadWarning`
+    (``.report``) shown at the line that called ``load``. A stored object of
     another kind of the same family loads its shared fields only: an
     MCState's parameters and model state into a FullSumState (and back:
     the MCState keeps its template's sampler state), a driver's
@@ -212,27 +213,119 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
     except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
         raise  # raised by the reader: names the file already
+    except TemplateMismatchError as exc:
+        message = str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}"
+        raise TemplateMismatchError(message + (_what_to_do(template, state, where, path) if strict else "")) from None
     except NkserdeError as exc:
         if str(exc).startswith(f"{path}:"):  # a lazy read's error names the file already
             raise
         raise type(exc)(f"{path}: {exc}") from None
-    log.warn(stacklevel=2)
-    return (obj, log) if report else obj
+    if report:  # asked for: returned, not warned about
+        return obj, log
+    log.warn()
+    return obj
+
+
+def _what_to_do(template, state, where, path) -> str:
+    """What a strict load that did not fit its template can do instead, to
+    end its message: load the part of the file that has the template's type
+    (``at=``), a template of the file's type, or what matches
+    (``strict=False``)."""
+    reg = registry.lookup(type(template))
+    stored = state.get(tree.TYPE) if isinstance(state, dict) else None
+    if isinstance(stored, str) and (reg is None or registry.resolve(stored) != reg.name):
+        stored = registry.resolve(stored)
+        if reg is not None and registry.transfer_fields(stored, reg.name) is not None:
+            return ""  # the message names strict=False already (MCState <-> FullSumState)
+        wanted = reg.name if reg is not None else f"{type(template).__name__} like the template"
+        for transfer in (False, True):
+            places = _places_like(template, reg, state, transfer=transfer)
+            if places:
+                ats = [partial_load.format_path(where + p) for p in places]
+                holds = f"a {wanted}"
+                if transfer:  # e.g. an MCState where the template is a FullSumState
+                    node = functools.reduce(lambda n, k: n[k], places[0], state)
+                    kind = registry.resolve(node[tree.TYPE])
+                    holds = f"a {kind} (strict=False loads its shared fields into a {wanted})"
+                return (
+                    f"; the file holds {holds} at " + " and ".join(f'"{at}"' for at in ats) + ": load that part "
+                    f'with nkserde.load(template, "{path}", at="{ats[0]}"' + (", strict=False)" if transfer else ")")
+                )
+        held = _held(template, reg, stored)
+        if held is not None:
+            return (
+                f"; the template's {reg.name} holds a {stored} at {held}: load the file into a {stored} "
+                f"template (the one you build the {reg.name} with)"
+            )
+        return f"; load it into a template of type {stored}, built as the saved object was"
+    return (
+        "; build the template as the saved object was built (the same model, sampler and sizes), or "
+        "load what matches with strict=False (each entry that differs keeps the template's value and is named "
+        "in the LoadReport)"
+    )
+
+
+def _places_like(template, reg, state, *, transfer: bool = False, limit: int = 3) -> list[tuple]:
+    """Paths inside ``state`` (the header's tree: nothing is read) of a
+    stored object of ``reg``'s type (``transfer``: of a type that
+    ``strict=False`` transfers into it), or without a registration, of a
+    plain map with the keys of the template's mapping: where ``at=`` would
+    load."""
+    keys = {str(k) for k in template} if reg is None and isinstance(template, dict) and not transfer else None
+    if reg is None and not keys:
+        return []
+
+    def fits(node: dict) -> bool:
+        stored = node.get(tree.TYPE)
+        if reg is None:  # a plain map with the template's keys
+            return not isinstance(stored, str) and set(map(str, node)) == keys
+        if not isinstance(stored, str):
+            return False
+        if transfer:
+            return registry.transfer_fields(registry.resolve(stored), reg.name) is not None
+        return registry.resolve(stored) == reg.name
+
+    found, frontier = [], [((), state)]
+    for _ in range(8):  # breadth first, a few levels: the nearest places
+        deeper = []
+        for where, node in frontier:
+            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+            for k, child in items:
+                if isinstance(child, dict) and fits(child):
+                    found.append(where + (k,))
+                    if len(found) == limit:
+                        return found
+                    continue
+                if isinstance(child, (dict, list)):
+                    deeper.append((where + (k,), child))
+        frontier = deeper
+    return found
+
+
+def _held(template, reg, stored: str) -> str | None:
+    """The field of the template's object that holds an object of the
+    stored type (a driver's ``state``), quoted, or None."""
+    if reg is None:
+        return None
+    try:
+        fields = reg.to_state(template)
+    except Exception:  # a registration that cannot describe this template: no hint
+        return None
+    for name, value in fields.items():
+        inner = registry.lookup(type(value))
+        if inner is not None and inner.name == stored:
+            return f'"{name}"'
+    return None
 
 
 def _netket_file(path: Path) -> bool:
     """A file NetKet wrote (flax .mpack, nqxpack, nqxpack's directory
     form), by its first bytes."""
-    from . import netket_files
+    from .format import foreign
     from .format.reader import read_errors
 
-    if path.is_dir():
-        return netket_files.kind(path) is not None
-    with read_errors(path), open(path, "rb") as f:
-        head = f.read(len(fileformat.MAGIC))
-    if head == fileformat.MAGIC:
-        return False
-    return netket_files.kind(path) is not None
+    with read_errors(path):
+        return foreign.netket_kind(path) is not None
 
 
 class OpenFile:

@@ -26,6 +26,7 @@ import time
 import warnings
 from pathlib import Path
 
+from ._warnings import outside
 from . import format as fileformat
 from .errors import CheckpointDirectoryError, CorruptFileError, NkserdeError
 from .format import bounded, limits
@@ -84,7 +85,7 @@ def latest(directory: Path, *, warn: bool = False) -> Path | None:
         if verifies(path):
             return path
         if warn:
-            warnings.warn(f"nkserde: skipping damaged checkpoint {path}", stacklevel=2)
+            warnings.warn(f"nkserde: skipping damaged checkpoint {path}", stacklevel=outside())
     return None
 
 

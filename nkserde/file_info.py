@@ -8,8 +8,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
+
 from . import format as fileformat
 from .errors import format_path
+from .format import foreign, limits
 from .format.tree_codec import TYPE, VERSION, outline as tree_codec_outline
 
 
@@ -143,3 +146,44 @@ def jsonable(value):
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     return value
+
+
+def netket_contents(path) -> tuple[dict, list[dict], list]:
+    """What a file NetKet wrote holds (a flax ``.mpack``, an nqxpack file or
+    directory), read whole within the load limits, without NetKet:
+    ``(info, entries, arrays)`` with ``info`` ``{"kind": "mpack" |
+    "nqxpack", "holds"}``, entries as :func:`contents` gives them (arrays
+    with ``path``, ``dtype``, ``shape``, ``nbytes``, ``index``; values with
+    ``path``, ``value``) in the file's order, and ``arrays[index]`` the
+    arrays. Raises CorruptFileError (or LoadLimitError) if it does not
+    decode."""
+    path = Path(path)
+    kind = foreign.netket_kind(path)
+    state = foreign.read_netket_state(path, limits.current().max_load_bytes)
+    entries, arrays = [], []
+
+    def walk(node, where):
+        if isinstance(node, dict) and node:
+            for k, v in node.items():
+                walk(v, where + (k,))
+        elif isinstance(node, list) and node and any(isinstance(v, (dict, list, np.ndarray)) for v in node):
+            for i, v in enumerate(node):
+                walk(v, where + (i,))
+        elif isinstance(node, np.ndarray):
+            arrays.append(node)
+            entries.append(
+                {
+                    "kind": "array",
+                    "path": format_path(where),
+                    "dtype": node.dtype.name,
+                    "shape": list(node.shape),
+                    "nbytes": int(node.nbytes),
+                    "index": len(arrays) - 1,
+                }
+            )
+        else:
+            value = node.item() if isinstance(node, np.generic) else node
+            entries.append({"kind": "value", "path": format_path(where), "value": jsonable(value)})
+
+    walk(state, ())
+    return {"kind": kind, "holds": foreign.holds(state)}, entries, arrays

@@ -57,6 +57,8 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
         state = tree.to_state_dict(api.load(template, src))
     try:
         state = _upgrade(state, ())
+    except MigrationError as exc:
+        raise needs_template(src, exc, old_meta) from None
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{src}: {exc}{api.written_by(old_meta)}") from None
     except NkserdeError as exc:
@@ -72,6 +74,16 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
     return fileformat.drain(fileformat.write_file_steps(dst, state, meta))
 
 
+def needs_template(path, exc: MigrationError, meta) -> MigrationError:
+    """A migration that needs the loaded object, met without a template:
+    the error, and how to give one."""
+    return MigrationError(
+        f"{path}: {exc}{api.written_by(meta)}; migrate the file with a template built as the saved object "
+        f'was: nkserde.migrate("{path}", template=build_driver()), or on the command line nkserde migrate '
+        f"{path} --template your_script.py:build_driver (a function of your script that builds it)"
+    )
+
+
 def current_state_dict(path, *, kept: list | None = None) -> object:
     """The file's state dict (as :func:`nkserde.load_state_dict` returns
     it) with every stored object at today's name and schema version, in
@@ -84,6 +96,8 @@ def current_state_dict(path, *, kept: list | None = None) -> object:
     header, state = fileformat.read_file(path)
     try:
         return _upgrade(state, (), kept)
+    except MigrationError as exc:
+        raise needs_template(path, exc, header.get("meta")) from None
     except UnsupportedVersionError as exc:
         raise type(exc)(f"{path}: {exc}{api.written_by(header.get('meta'))}") from None
     except NkserdeError as exc:

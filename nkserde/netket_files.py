@@ -40,30 +40,12 @@ import numpy as np
 from . import tree
 from .netket import internals
 from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
-from .format import bounded, flax_msgpack, limits
+from .format import foreign, limits
 
-_ZIP = b"PK\x03\x04"
-_METADATA = "metadata.json"
-_MAX_METADATA_BYTES = 1 << 20  # nqxpack's is a few hundred bytes
 # what a state file may hold beyond the arrays its template uses (sampler
 # chains of an MCState loaded into a FullSumState, msgpack framing)
 SLACK = 256 << 20
-_STATE_MEMBERS = ("assets//state.msgpack", "assets/state.msgpack", "state/state.msgpack")
-
-
-def kind(path) -> str | None:
-    """``"nqxpack"`` (a zip, or a directory with NetKet's ``metadata.json``),
-    ``"mpack"`` (flax msgpack) or None, from the first bytes of the file."""
-    path = Path(path)
-    if path.is_dir():
-        return "nqxpack" if (path / _METADATA).is_file() else None
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head == _ZIP:
-        return "nqxpack"
-    if head and (0x80 <= head[0] <= 0x8F or head[0] in (0xDE, 0xDF)):
-        return "mpack"
-    return None
+kind = foreign.netket_kind  # "nqxpack", "mpack" or None, from the file's content
 
 
 def load(template, path):
@@ -121,23 +103,7 @@ def _allowance(template) -> int:
     return min(limits.current().max_load_bytes, max(4 * usable, usable + SLACK))
 
 
-def _read(path: Path, allowance: int):
-    """The flax state dict in the NetKet file at ``path``, reading at most
-    ``allowance`` bytes of it (a file or member that declares more is
-    refused before it is read or inflated)."""
-    if kind(path) == "nqxpack":
-        with bounded.Archive(path) as archive:
-            if _METADATA not in archive:
-                raise CorruptFileError(f"{path}: a zip file that is not a NetKet (nqxpack) file (no {_METADATA})")
-            meta = bounded.parse_json(archive.read(_METADATA, _MAX_METADATA_BYTES), f"{path}: member {_METADATA}")
-            if not isinstance(meta, dict) or meta.get("format") != "NetKet":
-                raise CorruptFileError(f"{path}: a zip file that is not a NetKet (nqxpack) file")
-            member = next((m for m in _STATE_MEMBERS if m in archive), None)
-            if member is None:
-                names = archive.names()
-                raise CorruptFileError(f"{path}: nqxpack file without a state member (has {sorted(names)[:6]})")
-            return flax_msgpack.restore(archive.read(member, allowance), f"{path}: member {member}")
-    return flax_msgpack.restore(bounded.read_capped(path, allowance, "NetKet file"), f"{path}")
+_read = foreign.read_netket_state
 
 
 def _variables(template_variables, file_variables):

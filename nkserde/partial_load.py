@@ -13,6 +13,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Mapping
 
+from ._warnings import outside
 from .errors import NkserdeError, NoSuchPathError, format_path  # noqa: F401 (format_path: api)
 
 _MARKERS = ("@type", "@version")
@@ -93,10 +94,12 @@ class LoadReport:
             map(str, self.entries)
         )
 
-    def warn(self, stacklevel: int = 3) -> None:
-        """The one warning of the load, if anything was left out."""
+    def warn(self, stacklevel: int | None = None) -> None:
+        """The one warning of the load, if anything was left out; shown at
+        ``stacklevel`` (as ``warnings.warn``'s), by default at the caller's
+        line outside nkserde and NetKet."""
         if self.entries:
-            warnings.warn(PartialLoadWarning(str(self), self), stacklevel=stacklevel)
+            warnings.warn(PartialLoadWarning(str(self), self), stacklevel=stacklevel or outside())
 
 
 # --------------------------------------------------------------------------- paths

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._warnings import outside
 from . import jax_internals, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
@@ -490,7 +491,7 @@ def _restore_per_process(template, state, path):
             f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
             f"{jax.process_count()}: the values of processes {jax.process_count()}.."
             f"{saved - 1} are not used",
-            stacklevel=2,
+            stacklevel=outside(),
         )
     copy = rank // saved
     if copy:
@@ -498,7 +499,7 @@ def _restore_per_process(template, state, path):
             warnings.warn(
                 f"nkserde: {format_path(path)}: process {rank} reuses the saved value of "
                 f"process {rank % saved} unchanged (saved by {saved} processes)",
-                stacklevel=2,
+                stacklevel=outside(),
             )
         else:
             value = derive(value, copy)
@@ -521,7 +522,7 @@ def _resize(template, state, path, announce=True):
     if announce:
         warnings.warn(
             f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: the load {how}",
-            stacklevel=2,
+            stacklevel=outside(),
         )
     return state[np.arange(wanted) % saved]
 

@@ -381,7 +381,9 @@ def test_ls_without_verifying_and_diff_of_directories(inputs, capsys):
 
 
 # What a header reader must not import: seconds of start-up on a login node
-HEAVY = ("jax", "jaxlib", "netket", "flax", "optax")
+# (ml_dtypes alone, JAX's extra dtypes, costs a second of CPU: imported only
+# for a file that holds one of them)
+HEAVY = ("jax", "jaxlib", "netket", "flax", "optax", "ml_dtypes")
 PROBE = """
 import json, sys
 from nkserde.cli import main
@@ -418,6 +420,18 @@ def test_header_commands_import_neither_jax_nor_netket(inputs, command, files):
     assert heavy == [], f"nkserde {' '.join(command + files)} imported {heavy}"
 
 
+def test_a_file_holding_a_bfloat16_array_imports_ml_dtypes_for_it(tmp_path):
+    import ml_dtypes
+
+    path = tmp_path / "bf16.nks"
+    nkserde.save({"w": np.arange(4, dtype=ml_dtypes.bfloat16)}, path)
+    code, heavy = run_probed("inspect", "--arrays", path)
+    assert code == 0 and heavy == ["ml_dtypes"]  # ml_dtypes, for its dtype; still no JAX
+    code, data = run_json("inspect", "--arrays", path)
+    (w,) = data["entries"]
+    assert w["dtype"] == "bfloat16" and w["stats"]["max"] == 3.0
+
+
 def test_a_dry_run_of_an_old_file_imports_what_its_migration_needs_and_plans_as_the_registry_does(tmp_path):
     old = tmp_path / "old.nks"
     shutil.copy(FIXTURES / "nkserde-ea7de03" / "vmc_adam.nks", old)
@@ -443,3 +457,127 @@ def test_import_nkserde_loads_the_api_on_first_use():
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(done.stdout) == {"before": [], "netket": True, "missing": [], "vmc": True}
+
+
+def test_migrate_dry_run_of_a_current_file_says_there_is_nothing_to_migrate(inputs):
+    code, out, err = run("migrate", "--dry-run", inputs / "driver.nks")
+    assert (code, err) == (0, "")
+    assert out == f"{inputs / 'driver.nks'}: already at today's format (2) and schema versions: nothing to migrate\n"
+
+
+BUILD_SCRIPT = """
+import sys
+sys.path.insert(0, {fixtures!r})
+from scenarios import _vmc
+
+
+def build_driver():  # the fixture's run, as its script builds it
+    return _vmc()
+
+
+if __name__ == "__main__":
+    raise SystemExit("the script's main part ran")
+"""
+
+
+def test_migrate_of_a_file_that_needs_a_template_says_how_and_takes_one(tmp_path):
+    old = tmp_path / "old.nks"
+    shutil.copy(FIXTURES / "nkserde-a980423" / "vmc_adam.nks", old)  # Metropolis states without log_prob
+    code, out, err = run("migrate", old)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "needs the variational state" in err
+    assert f'nkserde.migrate("{old}", template=build_driver())' in err
+    assert f"nkserde migrate {old} --template your_script.py:build_driver" in err
+    script = tmp_path / "my_run.py"
+    script.write_text(BUILD_SCRIPT.format(fixtures=str(FIXTURES)))
+    code, out, err = run("migrate", "--dry-run", old, "--template", f"{script}:build_driver")
+    assert code == 0 and "would rewrite at format 2 (from 1)" in out and "main part ran" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my_run.py", "old.nks"]
+    code, data = run_json("migrate", old, "--template", f"{script}:build_driver")
+    assert code == 0 and Path(data["output"]).name == "old.migrated.nks"
+    assert nkserde.info(data["output"])["types"]["netket.sampler.MetropolisSamplerState"] == 2
+    code, _, err = run("migrate", "--dry-run", old, tmp_path / "new.nks", "--template", f"{script}:no_such_function")
+    assert code == 1 and "defines no function no_such_function" in err
+
+
+NETKET_FILES = FIXTURES / "netket-files-3.23.0"
+
+
+def test_inspect_shows_what_a_file_netket_wrote_holds():
+    code, data = run_json("inspect", "--arrays", NETKET_FILES / "mcstate.mpack")
+    assert code == 0 and data["info"] is None
+    assert data["netket_file"] == {"kind": "mpack", "holds": "an MCState (variables, sampler state, sample counts)"}
+    entries = {e["path"]: e for e in data["entries"]}
+    kernel = entries["variables/params/Dense/kernel"]
+    assert (kernel["kind"], kernel["dtype"], kernel["shape"], kernel["nbytes"]) == ("array", "float64", [8, 8], 512)
+    truth = np.load(NETKET_FILES / "truth.npz")
+    stored = next(k for k in truth.files if "kernel" in k)
+    assert kernel["stats"]["max"] == truth[stored].max()
+    assert entries["n_samples"] == {"kind": "value", "path": "n_samples", "value": 64}
+    code, out, err = run("inspect", NETKET_FILES / "mcstate.nk")
+    assert (code, err) == (0, "")
+    assert "written by   NetKet (nqxpack): an MCState" in out
+    assert f'loads with   nkserde.load(template, "{NETKET_FILES / "mcstate.nk"}")' in out
+    assert "no checksums, no schema versions" in out and "variables/params/Dense/kernel" in out
+
+
+def test_verify_and_ls_of_files_netket_wrote(tmp_path):
+    shutil.copy(NETKET_FILES / "variables.mpack", tmp_path / "run.mpack")
+    (tmp_path / "run.log").write_text("{}")
+    (tmp_path / "cut.mpack").write_bytes((NETKET_FILES / "mcstate.mpack").read_bytes()[:300])
+    code, data = run_json("verify", tmp_path / "run.mpack", tmp_path / "cut.mpack")
+    assert code == 1
+    good, cut = data["files"]
+    assert good["ok"] and good["checked"] == "structure" and good["netket_file"]["kind"] == "mpack"
+    assert not cut["ok"] and "cut.mpack" in cut["problem"] and cut["checked"] == "structure"
+    code, out, _ = run("verify", tmp_path / "run.mpack")
+    assert code == 0
+    expected = "ok, it decodes: a file NetKet wrote (flax msgpack, an .mpack), which has no checksums to check"
+    assert out == f"{tmp_path / 'run.mpack'}: {expected}\n"
+    code, data = run_json("ls", tmp_path)
+    assert code == 0 and data["runs"] == []
+    files = {f["file"]: f for f in data["netket_files"]}
+    assert sorted(files) == ["cut.mpack", "run.mpack"]  # not run.log
+    assert files["run.mpack"]["holds"].startswith("variables (parameters) alone")
+    assert files["cut.mpack"]["holds"] is None and files["cut.mpack"]["problem"]
+    code, out, err = run("ls", tmp_path / "run.mpack")
+    assert code == 1 and "a file NetKet wrote (flax msgpack, an .mpack); nkserde inspect" in err
+    (tmp_path / "empty").mkdir()
+    code, out, err = run("ls", tmp_path / "empty")
+    assert code == 1 and "no file NetKet wrote in it; nkserde.Checkpoint(DIR) writes checkpoint directories" in err
+
+
+@pytest.mark.parametrize(
+    "command, file",
+    [(["inspect", "--arrays"], "mcstate.mpack"), (["inspect"], "mcstate.nk"), (["verify"], "fullsum.nk"), (["ls"], "")],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else a,
+)
+def test_netket_files_are_read_without_jax_or_netket(command, file):
+    code, heavy = run_probed(*command, NETKET_FILES / file)
+    assert code == 0 and heavy == []
+
+
+def test_diff_of_two_identical_runs_leaves_the_wall_clock_out(tmp_path):
+    for name in ("a", "b"):
+        builders.vmc().run(
+            2,
+            out=nk.logging.RuntimeLog(),
+            show_progress=False,
+            callback=nkserde.Checkpoint(tmp_path / name, every=2, async_save=False),
+        )
+    a, b = tmp_path / "a" / "step-0000000002.nks", tmp_path / "b" / "step-0000000002.nks"
+    code, data = run_json("diff", a, b, "--atol", "1e-12")
+    assert code == 0 and data["same"]
+    history = nkserde.load_state_dict(a)["loggers"]["RuntimeLog#0"]["history"]
+    (i,) = [i for i, series in enumerate(history) if series["path"] == ["wallclock"]]
+    assert data["exclude"] == [f"loggers/RuntimeLog#0/history/{i}"]
+    assert f"loggers/RuntimeLog#0/history/{i}/columns/value" in data["excluded"]
+    code, out, _ = run("diff", a, b)
+    assert code == 0 and out.splitlines()[-1] == "same"
+    assert f"left out: {len(data['excluded'])} entries under loggers/RuntimeLog#0/history/{i}" in out
+    code, data = run_json("diff", a, b, "--wall-clock")
+    assert code == 1 and [c["path"] for c in data["changed_values"]] == [
+        f"loggers/RuntimeLog#0/history/{i}/columns/value"
+    ]
+    code, data = run_json("diff", a, b, "--wall-clock", "--exclude", "loggers/*")
+    assert code == 0 and data["same"] and all(p.startswith("loggers/") for p in data["excluded"])

@@ -145,7 +145,12 @@ def test_the_documentation_builds_without_warnings(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert (tmp_path / "html" / "reference" / "api.html").read_text().count("nkserde.load") > 1
+    api = (tmp_path / "html" / "reference" / "api.html").read_text()
+    assert api.count("nkserde.load") > 1
+    # Checkpoint's and checkpointed's signatures show the options, not a metaclass's (*args, **kwargs)
+    for option in ("every", "keep", "async_save"):
+        assert api.count(f'sig-param"><span class="n"><span class="pre">{option}</span>') == 2, option
+    assert "sphinx-book-theme" in api  # NetKet's theme: code shown whole, not cut at a narrow column
 
 
 def test_the_api_reference_has_every_public_name():

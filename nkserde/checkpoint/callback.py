@@ -43,6 +43,7 @@ import jax
 import netket as nk
 from netket.utils import struct
 
+from .._warnings import outside
 from .. import api, checkpoint_file, registry
 from .._log import say
 from ..directory import RunDirectory, unusable
@@ -100,7 +101,7 @@ def _run_objects(extra_loggers) -> tuple[tuple, tuple]:
             warnings.warn(
                 f"nkserde: {type(logger).__name__} is not checkpointed: after a "
                 "resume its output may hold the steps after the checkpoint twice",
-                stacklevel=4,
+                stacklevel=outside(),
             )
     stored_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
     # logger wrappers are handled through their loggers, in place
@@ -439,7 +440,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 warnings.warn(
                     f"nkserde: the run stopped while step {run.changing} was being computed; half a step is "
                     f"not checkpointed: {self._newest()}",
-                    stacklevel=2,
+                    stacklevel=outside(),
                 )
             elif run.last_saved != run.completed or stopped:
                 # a final stop keeps NetKet's count, and the checkpoint says
@@ -481,7 +482,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if multi_process():
                 # An error need not strike every process at the same step (or
                 # at all): a save needs all of them, so none is attempted.
-                warnings.warn(f"nkserde: the run failed; {self._newest()}", stacklevel=2)
+                warnings.warn(f"nkserde: the run failed; {self._newest()}", stacklevel=outside())
             elif run.changing == driver.step_count:  # (changing + 1: that step completed and was counted)
                 # The error struck after this step began changing the driver
                 # (its sampling, its update) and before every callback
@@ -491,7 +492,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 warnings.warn(
                     f"nkserde: the run failed while step {run.changing} was being {what}; half a step is not "
                     f"checkpointed: {self._newest()}",
-                    stacklevel=2,
+                    stacklevel=outside(),
                 )
             else:
                 run.completed = driver.step_count
@@ -499,7 +500,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                     self._save(driver, asynchronous=False)
             self.wait()
         except Exception as exc:  # never mask the error that stopped the run
-            warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=2)
+            warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=outside())
         finally:
             job = self._job
             self._finish(raise_write_error=False)
@@ -609,7 +610,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 if key in stored:
                     restored.append((obj, api.from_state_dict(obj, stored[key])))
                 else:
-                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=3)
+                    warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=outside())
         # In place: the script's own variational state object gets the numbers.
         _assign(driver.state, new.state)
         _assign(driver, new, skip=(internals.DRIVER_STATE_ATTRIBUTE,))
@@ -660,13 +661,15 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             warnings.warn(
                 f"nkserde: {self.directory}: deleting {self.path(step).name} (retention) failed: "
                 f"{exc.strerror or exc}; it stays on disk",
-                stacklevel=5,
+                stacklevel=outside(),
             )
 
     def _write_failed(self, exc: NkserdeError):
         if self.on_write_error == "raise":
             raise exc
-        warnings.warn(f"nkserde: {exc}; {self._newest()}; the run goes on (on_write_error='warn')", stacklevel=4)
+        warnings.warn(
+            f"nkserde: {exc}; {self._newest()}; the run goes on (on_write_error='warn')", stacklevel=outside()
+        )
 
     def _newest(self) -> str:
         """Which checkpoint a rerun resumes, in words."""
@@ -704,7 +707,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 f"nkserde: {self.directory}: releasing the lock {self._files.lock.path.name} failed: "
                 f"{unreleased.strerror or unreleased}; a later run on this host takes it over once this "
                 "process has ended",
-                stacklevel=4,
+                stacklevel=outside(),
             )
         if raise_write_error:
             self._settle_write_error()

@@ -7,6 +7,7 @@ import logging
 import warnings
 from pathlib import Path
 
+from .._warnings import outside
 from .. import api
 from .._log import say
 from ..directory import RunDirectory
@@ -61,7 +62,7 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         try:
             state = api.load_state_dict(path)  # read whole: verified
         except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
-            warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
+            warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=outside())
             continue
         if resume == "force" or not run_fingerprint.comparable(saved):
             files.write_fingerprint(current)

@@ -34,6 +34,7 @@ from rich.text import Text
 from .. import directory, file_info, schema
 from .. import format as fileformat
 from ..errors import NkserdeError
+from ..format import foreign
 from . import listing
 
 # inspect, verify, ls and an up-to-date migrate --dry-run read headers and
@@ -228,7 +229,58 @@ def array_stats(a: np.ndarray) -> dict:
     return out
 
 
+NETKET_FORMATS = {"mpack": "flax msgpack, an .mpack", "nqxpack": "nqxpack"}
+
+
+def _disk_size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def _inspect_netket(path: Path, args) -> int:
+    """inspect of a file NetKet wrote: what it holds, read whole (it has no
+    header to read alone), and how nkserde loads it."""
+    what, entries, arrays = file_info.netket_contents(path)
+    if args.arrays:
+        for e in entries:
+            if e["kind"] == "array":
+                e["stats"] = array_stats(arrays[e["index"]])
+    size = _disk_size(path)
+    if args.json:
+        _json({"file": str(path), "size": size, "netket_file": what, "info": None, "entries": entries})
+        return 0
+    out = Output()
+    n = sum(e["kind"] == "array" for e in entries)
+    payload = sum(e["nbytes"] for e in entries if e["kind"] == "array")
+    out.line(f"{path}  ({_size(size)}, {n} arrays, {_size(payload)} of array data)", "bold")
+    out.wrapped(f"  written by   NetKet ({NETKET_FORMATS[what['kind']]}): {what['holds']}", 15)
+    out.wrapped(
+        f'  loads with   nkserde.load(template, "{path}") into an MCState, a FullSumState or a variables dict',
+        15,
+    )
+    out.line("  checks       none stored: no checksums, no schema versions (not an nkserde file)")
+    out.line()
+    columns = ["path", "dtype[shape]", "bytes"] + (["min", "max", "mean", "nan", "inf"] if args.arrays else [])
+    rows = []
+    for e in entries:
+        if e["kind"] == "array":
+            row = [e["path"], _shape(e), str(e["nbytes"])]
+            if args.arrays:
+                st = e["stats"]
+                row += [_number(st["min"]), _number(st["max"]), _number(st["mean"]), str(st["nan"]), str(st["inf"])]
+        else:
+            value = json.dumps(e["value"])
+            row = [e["path"], "= " + (value if len(value) <= 32 else value[:29] + "..."), ""]
+            row += [""] * 5 if args.arrays else []
+        rows.append(row)
+    out.table(columns, rows)
+    return 0
+
+
 def cmd_inspect(args) -> int:
+    if foreign.netket_kind(_existing(args.file)):
+        return _inspect_netket(Path(args.file), args)
     path = _file(args.file)
     info, entries = file_info.contents(path)
     if args.arrays:
@@ -324,7 +376,7 @@ def _verify_targets(paths) -> list[Path]:
     files = []
     for name in paths:
         p = Path(name)
-        if p.is_dir():
+        if p.is_dir() and not foreign.netket_kind(p):
             found = [
                 directory.step_path(d, s) for _, d in directory.checkpoint_directories(p) for s in directory.steps(d)
             ]
@@ -337,23 +389,46 @@ def _verify_targets(paths) -> list[Path]:
 def cmd_verify(args) -> int:
     results = []
     for path in _verify_targets(args.files):
+        info, netket, checked = None, None, "checksums"
         if not path.exists():
             problem = f"{path}: no such file or directory"
+        elif (kind := foreign.netket_kind(path)) is not None:
+            # no checksums to check: what can be checked is that it decodes whole
+            checked = "structure"
+            try:
+                netket = file_info.netket_contents(path)[0]
+                problem = None
+            except (NkserdeError, OSError) as exc:
+                netket, problem = {"kind": kind, "holds": None}, " ".join(str(exc).split())
         elif path.is_dir():
             problem = f"{path}: a directory without checkpoints"
         else:
             problem = directory.problem(path)
-        info = None
-        if problem is None:
+        if problem is None and netket is None:
             info = file_info.info(path)
-        results.append({"file": str(path), "ok": problem is None, "problem": problem, "info": info})
+        results.append(
+            {
+                "file": str(path),
+                "ok": problem is None,
+                "problem": problem,
+                "info": info,
+                "checked": checked,
+                "netket_file": netket,
+            }
+        )
     ok = all(r["ok"] for r in results)
     if args.json:
         _json({"ok": ok, "files": results})
     else:
         out = Output()
         for r in results:
-            if r["ok"]:
+            if r["ok"] and r["netket_file"]:
+                kind = NETKET_FORMATS[r["netket_file"]["kind"]]
+                out.line(
+                    f"{r['file']}: ok, it decodes: a file NetKet wrote ({kind}), which has no checksums to check",
+                    "green",
+                )
+            elif r["ok"]:
                 out.line(f"{r['file']}: ok", "green")
             else:
                 out.line(f"{r['file']}: {r['problem'].removeprefix(r['file'] + ': ')}", "red")
@@ -369,7 +444,9 @@ def cmd_diff(args) -> int:
     try:
         from . import compare  # loads and migrates: the API, with NetKet
 
-        result = compare.diff(args.a, args.b, atol=args.atol, rtol=args.rtol)
+        result = compare.diff(
+            args.a, args.b, atol=args.atol, rtol=args.rtol, exclude=args.exclude, wall_clock=args.wall_clock
+        )
     except (NkserdeError, OSError) as exc:
         raise CommandError(str(exc), code=2) from exc
     result["atol"], result["rtol"] = args.atol, args.rtol
@@ -402,6 +479,13 @@ def cmd_diff(args) -> int:
             ],
             title=f"arrays whose values differ (atol={args.atol:g}, rtol={args.rtol:g})",
         )
+    if result["excluded"]:
+        out.wrapped(
+            f"left out: {len(result['excluded'])} entries under "
+            + ", ".join(result["exclude"])
+            + ("" if args.wall_clock else " (a logged wall-clock series is not state: --wall-clock compares it)"),
+            2,
+        )
     n = sum(len(result[k]) for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values", "changed_scalars"))
     out.line("same" if result["same"] else f"{n} differences", "green" if result["same"] else "bold red")
     return 0 if result["same"] else 1
@@ -424,13 +508,40 @@ def _loss(loss) -> str:
     return f"{loss['name']} {loss['mean']:.{digits}f} ± {error:.{digits}f}"
 
 
+def _ls_netket_files(path: Path, found: list[dict], args) -> int:
+    """ls of a directory without checkpoints that holds files NetKet
+    wrote: each, with what it holds."""
+    if args.json:
+        _json({"directory": str(path), "runs": [], "netket_files": found})
+        return 0
+    out = Output()
+    out.wrapped(
+        f"{path}: no checkpoints (no step-*.nks, fingerprint.json or run-*/); files NetKet wrote, which "
+        "nkserde.load(template, FILE) reads and nkserde inspect FILE shows:",
+        2,
+    )
+    out.table(
+        ["file", "format", "size", "holds"],
+        [[f["file"], NETKET_FORMATS[f["kind"]], _size(f["size"]), f["holds"] or f["problem"]] for f in found],
+    )
+    return 0
+
+
 def cmd_ls(args) -> int:
     path = _existing(args.directory)
     if not path.is_dir():
-        raise CommandError(f"{path}: not a directory (nkserde inspect shows a file)")
+        kind = foreign.netket_kind(path)
+        what = f"a file NetKet wrote ({NETKET_FORMATS[kind]}); " if kind else ""
+        raise CommandError(f"{path}: not a directory: {what}nkserde inspect {path} shows a file")
     runs = listing.listing(path, verify=not args.no_verify)
     if not runs:
-        raise CommandError(f"{path}: not a checkpoint directory (no step-*.nks, fingerprint.json or run-*/)")
+        found = listing.netket_files(path)
+        if found:
+            return _ls_netket_files(path, found, args)
+        raise CommandError(
+            f"{path}: not a checkpoint directory (no step-*.nks, fingerprint.json or run-*/) and no file NetKet "
+            "wrote in it; nkserde.Checkpoint(DIR) writes checkpoint directories"
+        )
     if args.json:
         _json({"directory": str(path), "runs": runs})
         return 0
@@ -516,8 +627,13 @@ def cmd_migrate(args) -> int:
         "changes": changes,
     }
     result["up_to_date"] = not changes and info["format_version"] == fileformat.FORMAT_VERSION
+    template = _template(args.template) if args.template else None
     if args.dry_run:
-        if not result["up_to_date"]:
+        if template is not None:
+            from .. import api
+
+            api.load(template, src)  # raises now what the migration would raise
+        elif not result["up_to_date"]:
             from ..file_migration import current_state_dict
 
             current_state_dict(src)  # raises now what the migration would raise
@@ -529,27 +645,54 @@ def cmd_migrate(args) -> int:
             shutil.copy2(src, backup)
             result["backup"] = str(backup)
             try:
-                migrate_file(src, overwrite=True)
+                migrate_file(src, overwrite=True, template=template)
             except BaseException:
                 backup.unlink()
                 raise
         else:
-            migrate_file(src, dst)
+            migrate_file(src, dst, template=template)
     if args.json:
         _json(result)
         return 0
     out = Output()
-    verb = "would rewrite" if args.dry_run else "rewrote"
-    out.line(
-        f"{src}: {verb} at format {fileformat.FORMAT_VERSION} (from {info['format_version']}) "
-        f"-> {dst}" + (f"; backup {result['backup']}" if result["backup"] else "")
-    )
+    today = f"today's format ({fileformat.FORMAT_VERSION}) and schema versions"
+    backup = f"; backup {result['backup']}" if result["backup"] else ""
+    if result["up_to_date"] and args.dry_run:
+        out.line(f"{src}: already at {today}: nothing to migrate")
+    elif result["up_to_date"]:
+        out.line(f"{src}: already at {today}; written again to {dst}{backup}")
+    else:
+        verb = "would rewrite" if args.dry_run else "rewrote"
+        out.line(
+            f"{src}: {verb} at format {fileformat.FORMAT_VERSION} (from {info['format_version']}) -> {dst}{backup}"
+        )
     for c in changes:
         rename = f" -> {c['new_type']}" if c["new_type"] != c["type"] else ""
         out.line(f"  {c['type']}{rename}: schema {c['from']} -> {c['to']}")
-    if result["up_to_date"]:
-        out.line("  already at today's format and schema versions")
     return 0
+
+
+def _template(spec: str):
+    """The object ``--template SCRIPT.py:FUNCTION`` (or ``MODULE:FUNCTION``)
+    builds: the script's top level runs (not its ``if __name__ ==
+    "__main__":`` part), then FUNCTION() is called."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise CommandError(f"--template {spec}: give SCRIPT.py:FUNCTION or MODULE:FUNCTION", code=2)
+    if where.endswith(".py") or Path(where).is_file():
+        import runpy
+
+        if not Path(where).is_file():
+            raise CommandError(f"--template {spec}: {where}: no such file")
+        sys.path.insert(0, str(Path(where).resolve().parent))  # the script's own imports, as python runs it
+        namespace = runpy.run_path(where, run_name="__nkserde_template__")
+    else:
+        import importlib
+
+        namespace = vars(importlib.import_module(where))
+    if not callable(namespace.get(name)):
+        raise CommandError(f"--template {spec}: {where} defines no function {name}")
+    return namespace[name]()
 
 
 # the parser ---------------------------------------------------------------------
@@ -616,12 +759,27 @@ def build_parser() -> argparse.ArgumentParser:
         "schema versions compare. A checkpoint compared with a file of its driver "
         "compares the driver. A directory stands for its newest checkpoint that "
         "verifies. Elements differ where |a - b| > atol + rtol * |b| (NaN equals "
-        "NaN). Exit 0 same, 1 different, 2 error.",
+        "NaN). The wall-clock series of the loggers' histories are left out (--wall-clock), "
+        "and any path given to --exclude. Exit 0 same, 1 different, 2 error.",
     )
     p.add_argument("a", metavar="A", help="a file or checkpoint directory")
     p.add_argument("b", metavar="B", help="a file or checkpoint directory")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default: 0, exact)")
     p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default: 0, exact)")
+    p.add_argument(
+        "--exclude",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="leave out the entries at PATH and under it, a pattern where * matches any part "
+        "(e.g. 'loggers/*', 'driver/state/sampler_state'); may be given again",
+    )
+    p.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="compare the wall-clock series of the loggers' histories too (NetKet logs each step's "
+        "time.perf_counter() as 'wallclock'; left out by default: it differs between two identical runs)",
+    )
     _common(p)
     p.set_defaults(func=cmd_diff)
 
@@ -655,6 +813,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list what would change; write nothing")
     p.add_argument("--in-place", action="store_true", help="replace IN, keeping a backup IN.bak")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--template",
+        metavar="SCRIPT.py:FUNCTION",
+        help="the template, for a migration that needs one (a Metropolis sampler state of schema 1): "
+        "FUNCTION() of your script builds it, as for nkserde.migrate(..., template=); the script's "
+        'top level runs, its `if __name__ == "__main__":` part does not (MODULE:FUNCTION works too)',
+    )
     _common(p)
     p.set_defaults(func=cmd_migrate)
     return parser

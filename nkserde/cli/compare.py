@@ -8,6 +8,7 @@ format or schema compares with a new one. A checkpoint written by
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,39 @@ def flatten(state, path=(), out=None) -> dict:
     else:
         out[format_path(path)] = state
     return out
+
+
+# Logged series that are not state: NetKet's driver logs time.perf_counter()
+# at every step as "wallclock" (a logger's history, nkserde/netket/loggers.py),
+# different in two bit-identical runs
+WALL_CLOCK_SERIES = ("wallclock",)
+
+
+def wall_clock_series(state, path=()) -> list[str]:
+    """The paths of the logger history entries (``.../history/<i>``) of the
+    wall-clock series in ``state``."""
+    found = []
+    if isinstance(state, ProcessValues):
+        for r, v in enumerate(state.values):
+            found += wall_clock_series(v, path + (f"process-{r}",))
+    elif isinstance(state, dict):
+        for k, v in state.items():
+            if k == "history" and isinstance(v, list):
+                for i, entry in enumerate(v):
+                    logged = entry.get("path") if isinstance(entry, dict) else None
+                    if isinstance(logged, list) and logged and logged[-1] in WALL_CLOCK_SERIES:
+                        found.append(format_path(path + (k, i)))
+            found += wall_clock_series(v, path + (k,))
+    elif isinstance(state, list):
+        for i, v in enumerate(state):
+            found += wall_clock_series(v, path + (i,))
+    return found
+
+
+def excluded(path: str, patterns) -> bool:
+    """``path`` matches a pattern (``fnmatch``: ``*`` crosses ``/``), or is
+    under a path that does."""
+    return any(fnmatch.fnmatchcase(path, p) or fnmatch.fnmatchcase(path, p.rstrip("/") + "/*") for p in patterns)
 
 
 def _is_array(x) -> bool:
@@ -94,7 +128,7 @@ def _finite_or_text(x):
     return x if np.isfinite(x) else str(x)
 
 
-def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
+def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wall_clock: bool = False) -> dict:
     """Compares two files (or checkpoint directories: their newest
     checkpoint that verifies). Returns::
 
@@ -102,10 +136,14 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
          "only_in_a": [path], "only_in_b": [path],
          "changed_layout": [{"path", "a": {"dtype", "shape"}, "b": {...}}],
          "changed_values": [{"path", "dtype", "shape", "differing", "size", "max_abs", "max_rel"}],
-         "changed_scalars": [{"path", "a", "b"}]}
+         "changed_scalars": [{"path", "a", "b"}],
+         "excluded": [path], "exclude": [pattern]}
 
     ``kept_versions`` lists objects left at their stored schema version
-    because their migration needs a template."""
+    because their migration needs a template. Paths matching a pattern of
+    ``exclude`` (or under one) are left out, and so are the wall-clock
+    series of logger histories unless ``wall_clock``: they are listed in
+    ``excluded``; ``exclude`` is every pattern applied."""
     sides = {}
     for name, path in (("a", Path(path_a)), ("b", Path(path_b))):
         kept: list = []
@@ -115,7 +153,11 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
     if checkpoint_file.is_checkpoint(sa) != checkpoint_file.is_checkpoint(sb):  # a checkpoint against a driver file
         sa = sa[checkpoint_file.DRIVER] if checkpoint_file.is_checkpoint(sa) else sa
         sb = sb[checkpoint_file.DRIVER] if checkpoint_file.is_checkpoint(sb) else sb
+    patterns = list(exclude) + ([] if wall_clock else sorted(set(wall_clock_series(sa) + wall_clock_series(sb))))
     flat_a, flat_b = flatten(sa), flatten(sb)
+    left_out = sorted({p for p in [*flat_a, *flat_b] if excluded(p, patterns)})
+    flat_a = {p: v for p, v in flat_a.items() if p not in left_out}
+    flat_b = {p: v for p, v in flat_b.items() if p not in left_out}
     result = {
         "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept(k) for k in ka]},
         "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept(k) for k in kb]},
@@ -124,6 +166,8 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0) -> dict:
         "changed_layout": [],
         "changed_values": [],
         "changed_scalars": [],
+        "excluded": left_out,
+        "exclude": patterns,
     }
     for p, a in flat_a.items():
         if p not in flat_b:

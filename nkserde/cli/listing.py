@@ -13,14 +13,18 @@ streams it whole, keeping nothing.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 
-from .. import checkpoint_file, directory as directory_layout
+from .. import checkpoint_file, directory as directory_layout, file_info
 from .. import format as fileformat
 from ..errors import CorruptFileError, NkserdeError
+from ..format import foreign
+
+MAX_LISTED = 1000  # entries of a directory looked at for files NetKet wrote
 
 
 def fingerprint_of(directory: Path) -> dict | None:
@@ -178,4 +182,27 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
                 "checkpoints": checkpoints,
             }
         )
+    return out
+
+
+def netket_files(directory: Path) -> list[dict]:
+    """The files NetKet wrote in ``directory`` (flax ``.mpack``, nqxpack
+    files and directories; not in subdirectories), by name:
+    ``[{"file", "kind", "size", "holds", "problem"}]``; each is read whole
+    to say what it holds."""
+    out = []
+    for path in sorted(itertools.islice(Path(directory).iterdir(), MAX_LISTED)):
+        try:
+            kind = foreign.netket_kind(path) if path.is_file() or path.is_dir() else None
+        except OSError:
+            continue
+        if kind is None:
+            continue
+        entry = {"file": path.name, "kind": kind, "size": None, "holds": None, "problem": None}
+        try:
+            entry["size"] = path.stat().st_size if path.is_file() else None
+            entry["holds"] = file_info.netket_contents(path)[0]["holds"]
+        except (NkserdeError, OSError) as exc:
+            entry["problem"] = " ".join(str(exc).removeprefix(f"{path}: ").split())
+        out.append(entry)
     return out

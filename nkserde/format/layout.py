@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Mapping
 
-import ml_dtypes
 import numpy as np
 
 MAGIC = b"\x89NKSERD\n"  # 8 bytes; the high first byte keeps it from reading as text
@@ -18,26 +18,28 @@ PAYLOAD_START = 64
 
 # dtype names that may appear in a file, and the numpy dtype each one means.
 # Looked up by name, never evaluated: a file cannot name an arbitrary type.
-DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(name)
-    for name in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-        "complex64",
-        "complex128",
-    )
-}
-for _name in (
+_NUMPY_DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+)
+# JAX's extra dtypes, defined by ml_dtypes (a dependency of JAX). Importing
+# ml_dtypes costs a second of CPU, more than the rest of a header reader's
+# start-up: it is imported when one of these names is looked up (a file
+# holding such an array, an array of one being saved), not by the command
+# line's header readers otherwise.
+_ML_DTYPES = (
     "bfloat16",
     "float8_e4m3fn",
     "float8_e5m2",
@@ -46,9 +48,49 @@ for _name in (
     "float8_e5m2fnuz",
     "int4",
     "uint4",
-):
-    if hasattr(ml_dtypes, _name):
-        DTYPES[_name] = np.dtype(getattr(ml_dtypes, _name))
+)
+
+
+class _Dtypes(Mapping):
+    """``{name: np.dtype}`` of the dtypes a file may hold: numpy's at once,
+    ml_dtypes' (those the installed ml_dtypes has) on the first look-up of
+    one of their names, or on iteration."""
+
+    def __init__(self):
+        self._known = {name: np.dtype(name) for name in _NUMPY_DTYPES}
+        self._ml_loaded = False
+
+    def _load_ml_dtypes(self) -> None:
+        if not self._ml_loaded:
+            import ml_dtypes
+
+            for name in _ML_DTYPES:
+                if hasattr(ml_dtypes, name):
+                    self._known[name] = np.dtype(getattr(ml_dtypes, name))
+            self._ml_loaded = True
+
+    def __getitem__(self, name: str) -> np.dtype:
+        if name not in self._known and name in _ML_DTYPES:
+            self._load_ml_dtypes()
+        return self._known[name]
+
+    def __contains__(self, name) -> bool:
+        try:
+            self[name]
+        except (KeyError, TypeError):  # TypeError: an unhashable name read from a file
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_ml_dtypes()
+        return iter(self._known)
+
+    def __len__(self) -> int:
+        self._load_ml_dtypes()
+        return len(self._known)
+
+
+DTYPES: Mapping[str, np.dtype] = _Dtypes()
 
 
 def dtype_name(dtype: np.dtype) -> str | None:

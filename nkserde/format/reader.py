@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
 from ..placement import ProcessValues
-from . import codecs, limits, tree_codec
+from . import codecs, foreign, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (
     ALIGNMENT,
@@ -76,11 +76,24 @@ def _read_exact(f, n: int, path, what: str) -> bytes:
 def _open_header(f, path) -> tuple[dict, int]:
     size = os.fstat(f.fileno()).st_size
     max_header = limits.current().max_header_bytes
+    start = f.read(PREAMBLE.size)
+    if not start.startswith(MAGIC) and not (start and MAGIC.startswith(start)):
+        f.seek(max(0, size - len(END_MAGIC)))
+        if size < PREAMBLE.size + TRAILER.size or f.read() != END_MAGIC:
+            raise foreign.not_nkserde(path)  # what it is instead, and what nkserde reads
+        raise _corrupt(
+            path,
+            f"bad magic bytes {start[: len(MAGIC)]!r} where an nkserde file starts with {MAGIC!r}, though it "
+            "ends as one: the start of the file is damaged; copy it again, or load an older checkpoint",
+        )
     if size < PREAMBLE.size + TRAILER.size:
-        raise _corrupt(path, f"{size} bytes is too short for an nkserde file (empty or truncated)")
-    magic, version, _flags = PREAMBLE.unpack(_read_exact(f, PREAMBLE.size, path, "preamble"))
-    if magic != MAGIC:
-        raise _corrupt(path, f"bad magic bytes {magic!r}: not an nkserde file")
+        raise _corrupt(
+            path,
+            f"truncated: {size} bytes, the start of an nkserde file, which has at least "
+            f"{PREAMBLE.size + TRAILER.size} (a save never leaves one: a copy cut short?); copy it again, "
+            "or load an older checkpoint",
+        )
+    magic, version, _flags = PREAMBLE.unpack(start)
     if version > FORMAT_VERSION:
         raise UnsupportedVersionError(
             f"{path}: file format version {version} is newer than this nkserde "

@@ -15,6 +15,7 @@ import warnings
 import netket as nk
 import netket.experimental as nkx
 
+from .._warnings import outside
 from .. import registry
 from ._common import find, register_attributes
 from .optimizers import after_one_update
@@ -166,7 +167,7 @@ def _qsr_v1(fields):
         "nkserde: a QSR driver saved before nkserde stored its batch generator: it continues "
         "with the template's generator, so the next training batches differ from the "
         "interrupted run's",
-        stacklevel=2,
+        stacklevel=outside(),
     )
     return {_QSR_V1_NAMES.get(k, k): v for k, v in fields.items()}
 

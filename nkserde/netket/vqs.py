@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import netket as nk
 import numpy as np
 
+from .._warnings import outside
 from .. import registry
 from . import internals
 from ._common import find
@@ -129,7 +130,7 @@ def _usable_chains(new, template, state):
         f"nkserde: sampler_state/chains: {bad} of {ok.size} loaded chains are not states of the "
         f"template's Hilbert space {hilbert}: they are re-drawn from the template's sampler "
         f"(its fresh chains) and the sampler is reset",
-        stacklevel=2,
+        stacklevel=outside(),
     )
     state = state.replace(σ=replaced) if hasattr(state, "replace") else dataclasses.replace(state, σ=replaced)
     return new.sampler.reset(new._sampler_model, new._sampler_variables, state)
