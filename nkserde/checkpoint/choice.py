@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import api
 from .._log import say
 from ..directory import RunDirectory
-from ..errors import CorruptFileError, NkserdeError
+from ..errors import CorruptFileError, NkserdeError, RunMismatchError
 from . import run_fingerprint
 
 
@@ -22,8 +22,9 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
     fingerprint is then written). Damaged or unreadable checkpoints are
     skipped with a warning.
 
-    Raises NkserdeError: the lock is held, the run changed (unless
-    ``resume="force"``), or ``resume="must"`` and nothing can be resumed."""
+    Raises RunMismatchError: the run changed (unless ``resume="force"``);
+    NkserdeError: the lock is held, or ``resume="must"`` and nothing can be
+    resumed."""
     directory = files.path
     files.lock.acquire()
     if resume == "never" and files.has_history():
@@ -45,9 +46,13 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
     if saved:
         changes = run_fingerprint.changes(saved, current)
         if changes and resume != "force":
-            raise NkserdeError(
+            raise RunMismatchError(
                 f"{directory}: the run differs from the one that wrote these checkpoints "
-                "(use resume='force' to load anyway, or resume='never' to start fresh):\n  " + "\n  ".join(changes)
+                f"({files.fingerprint_path} -> this script):\n  " + "\n  ".join(changes) + "\n"
+                "Run the script that wrote them, or pass resume='force' to resume them with these settings, "
+                "or resume='never' to start fresh (the old checkpoints are moved to previous-<time>/)",
+                directory=directory,
+                changes=changes,
             )
         if changes:
             say(
