@@ -92,3 +92,23 @@ def test_a_damaged_fingerprint_is_refused_naming_it_unless_forced(tmp_path):
     assert path == files.step_path(5)
     assert files.read_fingerprint() == RUN  # written anew
 
+
+def test_a_version_2_fingerprint_is_compared_and_replaced_by_todays(tmp_path):
+    """fingerprint.json files of version 2 are on users' disks: compared
+    (a change is still refused), and written anew at today's version once
+    the run resumes."""
+    version_2 = {**RUN, "fingerprint_version": "2"}
+    files = _files(tmp_path, steps=(5,), fp={**version_2, "n_samples": "256"})
+    with pytest.raises(RunMismatchError, match="n_samples: 256 -> 512"):
+        _choose(files)
+    files.write_fingerprint(version_2)
+    path, _ = _choose(files)
+    assert path == files.step_path(5)
+    assert files.read_fingerprint() == RUN
+
+
+def test_a_fingerprint_without_a_version_is_not_compared_and_replaced(tmp_path):
+    """nkserde's first fingerprints (no version, reprs) are not compared."""
+    files = _files(tmp_path, steps=(5,), fp={"driver": "VMC", "n_samples": "256"})
+    path, _ = _choose(files)
+    assert path == files.step_path(5) and files.read_fingerprint() == RUN

@@ -22,6 +22,9 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
     fingerprint is then written). Damaged or unreadable checkpoints are
     skipped with a warning.
 
+    A fingerprint of an older version that is still compared (version 2)
+    is written anew at today's version once the run resumes.
+
     Raises RunMismatchError: the run changed (unless ``resume="force"``);
     NkserdeError: the lock is held, or ``resume="must"`` and nothing can be
     resumed."""
@@ -68,8 +71,8 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
             warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=2)
             continue
-        if resume == "force" or not run_fingerprint.comparable(saved):
-            files.write_fingerprint(current)
+        if resume == "force" or saved.get("fingerprint_version") != current.get("fingerprint_version"):
+            files.write_fingerprint(current)  # an older version (compared or not) is replaced by today's
         return path, state
     if resume == "must":
         raise NkserdeError(f"{directory}: no checkpoint verifies; nothing to resume")
