@@ -19,11 +19,13 @@ values, never from a ``repr`` that may hold a process's ``hash()`` (flax
 Each kind of object (docs/guides/resume.md, "The same script? fingerprint"):
 
 * operators by their *action*: the connected configurations and matrix
-  elements of every basis state (of 64 fixed pseudo-random states when the
-  space is larger), rounded to 10 significant digits, hashed; readable: the
-  numbers a NetKet Hamiltonian is built from (``Ising`` ``h``, ``J``) and
-  the terms with their coefficients (Pauli strings on spin-1/2 sites:
-  ``term X0``, ``term Z0 Z1``; matrix elements on other sites);
+  elements of every basis state (of 64 states drawn with a fixed key when
+  the space is larger, also when it is too large for NetKet to count),
+  rounded to 10 significant digits, hashed; readable: the numbers a NetKet
+  Hamiltonian is built from (``Ising`` ``h``, ``J``, its edges) and the
+  terms of a LocalOperator or PauliStrings with their coefficients (Pauli
+  strings on spin-1/2 sites: ``term X0``, ``term Z0 Z1``; matrix elements
+  on other sites);
 * arrays by dtype, shape and a hash: of their bytes (integers, booleans:
   symmetry groups, masks), of their values to 9 significant digits of the
   largest (floating point: characters, tableaus; numpy releases compute
@@ -68,8 +70,11 @@ functions by name, closure and defaults. :func:`upgrade` brings one to
 version 3's keys as far as its text allows: its optimizer description
 becomes readable hyperparameters, a function described by name becomes the
 readable name and closure values of a probed one, initializers and
-defaults are keys version 3 does not have, and a floating-point array,
-hashed by its bytes in version 2, is not compared. Where version 2 has no
+defaults are keys version 3 does not have, a floating-point array, hashed
+by its bytes in version 2, is not compared, and an operator on a space too
+large to count, which version 2 described by its fields (that leave an
+IsingJax's couplings out), compares with what version 2 writes for it
+(``"<key> | version 2 text"``, never shown). Where version 2 has no
 decisive entry of an object (an optimizer's effect), the readable entries
 that both have decide.
 """
@@ -106,6 +111,7 @@ _SAMPLED_STATES = 64
 _MAX_TERMS = 4096  # operators with more terms are not listed term by term
 _MAX_TERM_SITES = 4  # terms on more sites are described by their matrix, not Pauli strings
 _SHOWN_TERMS = 8  # term lines in one refusal, per operator
+_TERM_BUDGET = 2**16  # Pauli strings tried over all terms: a few tenths of a second
 
 _SKIPPED_FIELDS = {
     "parent",  # flax bookkeeping
@@ -123,6 +129,7 @@ _EFFECT = "effect "  # an optimizer's effect on the probe
 _FUNCTION = "function "  # a function's effect on the probe
 _CONTENT = "content "  # an operator's action
 _KIND = "kind"  # the readable label of an object's kind
+_VERSION_2 = "version 2 text"  # what version 2 wrote where version 3 writes otherwise (never shown)
 _QUANTIZED = "~"  # a float array's digest of its values to 9 digits (version 2: of its bytes)
 _FLOAT_ARRAY_V2 = re.compile(r"^(float|complex|bfloat)\d*\[[\d, ]*\] [0-9a-f]{16}$")
 
@@ -250,6 +257,11 @@ def upgrade(saved: dict, current: dict) -> dict:
         return saved
     old = dict(saved)
     for key, text in current.items():
+        if key.endswith(f"{READABLE}{_VERSION_2}"):
+            decisive = key[: -len(f"{READABLE}{_VERSION_2}")]
+            if saved.get(decisive) == text:  # what version 2 writes for the run's own object
+                old[decisive] = current[decisive]
+            continue
         if READABLE in key:
             continue
         if _FLOAT_ARRAY_V2.match(saved.get(key, "")) and not _FLOAT_ARRAY_V2.match(text):
@@ -281,6 +293,7 @@ def _readable_differences(old: dict, new: dict, key: str, common_only: bool = Fa
     the kind; else the numbers it is built from; else the values of a
     function; else the terms of an operator (a few)."""
     before, after = _readable(old, key), _readable(new, key)
+    before.pop(_VERSION_2, None), after.pop(_VERSION_2, None)
     labels = sorted(set(before) & set(after)) if common_only else sorted(set(before) | set(after))
     differing = [label for label in labels if before.get(label) != after.get(label)]
     if not differing:
@@ -898,10 +911,12 @@ def _describe_operator(fp: dict, key: str, op) -> None:
     built from and its terms."""
     fp[key] = _operator_text(op)
     fp.update({f"{key}{READABLE}{label}": text for label, text in _operator_readable(op).items()})
+    if _uncountable(op):  # what version 2 wrote for it (upgrade() compares a version 2 file with it)
+        fp[f"{key}{READABLE}{_VERSION_2}"] = _operator_text(op, version=2)
 
 
-def _operator_text(op) -> str:
-    digest = _action_digest(op)
+def _operator_text(op, version: int = VERSION) -> str:
+    digest = _action_digest(op, version)
     if digest is None:  # not a discrete operator: describe its fields
         parts: dict[str, str] = {}
         for name, child in _children(op):
@@ -911,14 +926,33 @@ def _operator_text(op) -> str:
     return f"{_CONTENT}{digest}"
 
 
-def _action_digest(op) -> str | None:
-    """A hash of how ``op`` acts on basis states, or None if it cannot be
-    computed (continuous spaces, operators without ``get_conn_padded``)."""
+def _uncountable(op) -> bool:
+    """Whether ``op``'s space is finite but too large for NetKet to count
+    (``n_states`` raises: 64 spins and more)."""
+    try:
+        hilbert = op.hilbert
+        if isinstance(hilbert, nk.hilbert.DiscreteHilbert) and hilbert.is_finite:
+            hilbert.n_states
+    except Exception:  # noqa: BLE001  (too large to be indexed)
+        return True
+    return False
+
+
+def _action_digest(op, version: int = VERSION) -> str | None:
+    """A hash of how ``op`` acts on basis states (all of them, or 64 drawn
+    with a fixed key: the same states under every supported NetKet and JAX),
+    or None if it cannot be computed (continuous spaces, operators without
+    ``get_conn_padded``; ``version=2``: spaces too large to count, which
+    version 2 described by the operator's fields)."""
     try:
         hilbert = op.hilbert
         if not isinstance(hilbert, nk.hilbert.DiscreteHilbert) or not hasattr(op, "get_conn_padded"):
             return None
-        if hilbert.is_finite and hilbert.n_states <= _MAX_STATES:
+        if _uncountable(op):
+            if version == 2:
+                return None
+            states = np.asarray(hilbert.random_state(jax.random.PRNGKey(0), _SAMPLED_STATES))
+        elif hilbert.is_finite and hilbert.n_states <= _MAX_STATES:
             states = np.asarray(hilbert.all_states())
         else:
             states = np.asarray(hilbert.random_state(jax.random.PRNGKey(0), _SAMPLED_STATES))
@@ -963,9 +997,10 @@ _DERIVED_OPERATOR_PROPERTIES = {
 
 
 def _operator_readable(op) -> dict[str, str]:
-    """``{"kind": "Ising", "h": "1.0", "J": "1.0", "term X0": "-1", ...}``:
+    """``{"kind": "Ising", "h": "1.0", "J": "1.0", "edges": "8 edges ..."}``,
+    ``{"kind": "LocalOperator", "term X0": "-1.0", "term Z0 Z1": "1.0", ...}``:
     the class (numba and jax versions alike), the numbers among its public
-    properties, and its terms (see :func:`_terms`)."""
+    properties, its graph's edges, and its terms (see :func:`_terms`)."""
     kind = re.sub(r"(Jax|Numba)$", "", type(op).__name__)
     readable = {_KIND: kind}
     for name in dir(type(op)):
@@ -981,6 +1016,11 @@ def _operator_readable(op) -> dict[str, str]:
             isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0
         ):
             readable[name] = _number(complex(np.asarray(value)))
+    edges = getattr(op, "edges", None)  # a NetKet Hamiltonian on a graph (Ising, BoseHubbard)
+    if isinstance(edges, (np.ndarray, jax.Array)) and np.ndim(edges) == 2:
+        listed = sorted(tuple(sorted(map(int, e))) for e in np.asarray(edges))
+        shown = " ".join(f"{a}-{b}" for a, b in listed)
+        readable["edges"] = shown if len(listed) <= 16 else f"{len(listed)} edges {_sha(repr(listed).encode())}"
     try:
         terms = _terms(op)
     except Exception:  # noqa: BLE001  (no terms to list: the numbers and the kind say what they can)
@@ -990,11 +1030,12 @@ def _operator_readable(op) -> dict[str, str]:
 
 
 def _terms(op) -> dict[str, str]:
-    """The terms of a local operator (or of one that converts to one):
-    Pauli strings with their coefficients on spin-1/2 and qubit sites
-    (``"X0": "-1"``, ``"Z0 Z1": "1"``: the same however the operator was
-    written), else the nonzero matrix elements of the terms on each set of
-    sites."""
+    """The terms of a LocalOperator or PauliStrings: Pauli strings with
+    their coefficients on spin-1/2 and qubit sites (``"X0": "-1.0"``,
+    ``"Z0 Z1": "1.0"``: the same however the operator was written), else the
+    nonzero matrix elements of the terms on each set of sites; none for an
+    operator of more terms than ``_MAX_TERMS`` or Pauli strings than
+    ``_TERM_BUDGET``."""
     if hasattr(op, "weights") and hasattr(op, "operators") and not hasattr(op, "acting_on"):  # PauliStrings
         strings = [str(s) for s in np.asarray(op.operators).ravel()]
         if len(strings) > _MAX_TERMS:
@@ -1004,14 +1045,13 @@ def _terms(op) -> dict[str, str]:
             label = " ".join(f"{c}{i}" for i, c in enumerate(string) if c != "I") or "constant"
             summed[label] = summed.get(label, 0) + complex(weight)
         return _coefficients(summed)
+    # not converted to a LocalOperator (numba compiles for seconds): an Ising
+    # is said by its h, J and edges
     local = op
-    if not hasattr(local, "acting_on"):
-        convert = getattr(op, "to_local_operator", None)
-        if convert is None:
-            return {}
-        local = convert()
+    if not hasattr(local, "acting_on") or not hasattr(local, "operators"):
+        return {}
     acting_on = [tuple(int(s) for s in sites) for sites in local.acting_on]
-    if len(acting_on) > _MAX_TERMS:
+    if len(acting_on) > _MAX_TERMS or sum(4 ** min(len(s), _MAX_TERM_SITES + 1) for s in acting_on) > _TERM_BUDGET:
         return {}
     matrices = [_dense(m) for m in local.operators]
     paulis = _pauli_matrices(op.hilbert)
@@ -1051,22 +1091,23 @@ def _dense(matrix) -> np.ndarray:
 
 
 def _pauli_matrices(hilbert) -> dict[str, np.ndarray] | None:
-    """X, Y, Z as NetKet writes them on one site of ``hilbert`` (its basis
-    order and signs), or None unless every site is a spin 1/2 or a qubit."""
+    """I, X, Y, Z in the basis of one site of ``hilbert`` (its order of local
+    states: NetKet's Spin lists spin up, +1, first), or None unless every
+    site is a spin 1/2 or a qubit."""
     if isinstance(hilbert, nk.hilbert.Spin) and hilbert.local_size == 2:
-        site = nk.hilbert.Spin(0.5, N=1)
+        up_first = float(np.asarray(hilbert.states_at_index(0))[0]) > 0
     elif isinstance(hilbert, nk.hilbert.Qubit):
-        site = nk.hilbert.Qubit(N=1)
+        up_first = True  # |0>, the +1 eigenstate of Z, first
     else:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return {
-            "I": np.eye(2, dtype=complex),
-            "X": np.asarray(nk.operator.spin.sigmax(site, 0).to_dense(), dtype=complex),
-            "Y": np.asarray(nk.operator.spin.sigmay(site, 0).to_dense(), dtype=complex),
-            "Z": np.asarray(nk.operator.spin.sigmaz(site, 0).to_dense(), dtype=complex),
-        }
+    z = np.diag([1.0, -1.0]) if up_first else np.diag([-1.0, 1.0])
+    y = np.array([[0, -1j], [1j, 0]]) if up_first else np.array([[0, 1j], [-1j, 0]])
+    return {
+        "I": np.eye(2, dtype=complex),
+        "X": np.array([[0, 1], [1, 0]], dtype=complex),
+        "Y": y,
+        "Z": z.astype(complex),
+    }
 
 
 def _pauli_decomposition(matrix: np.ndarray, paulis: dict[str, np.ndarray], n: int) -> dict[str, complex]:
