@@ -124,6 +124,12 @@ def variants() -> dict:
             T.heisenberg(), optax.sgd(0.01), variational_state=vs, preconditioner=driver.preconditioner
         )
 
+    def large(h):  # 100 spins: a space NetKet cannot count, its operator by 64 states
+        hilbert = nk.hilbert.Spin(0.5, N=100)
+        H = nk.operator.Ising(hilbert, nk.graph.Chain(100), h=h)
+        vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=8), nk.models.RBM(), n_samples=64, seed=0)
+        return nk.driver.VMC(H, optax.sgd(0.01), variational_state=vs)
+
     return {
         "vmc": (None, lambda: T.vmc()),
         "coupling": ("vmc", lambda: T.vmc(J2=0.8)),
@@ -142,6 +148,8 @@ def variants() -> dict:
         "learning rate": ("vmc", lambda: T.vmc(optimizer=optax.sgd(0.02))),
         "learning rate schedule": ("vmc", lambda: T.vmc(optimizer=optax.sgd(optax.linear_schedule(0.01, 0.001, 100)))),
         "preconditioner diag_shift": ("vmc", lambda: T.vmc(diag_shift=0.1)),
+        "large lattice": (None, lambda: large(1.0)),
+        "coupling on a large lattice": ("large lattice", lambda: large(1.5)),
         "tdvp": (None, lambda: T.tdvp()),
         "generator": ("tdvp", lambda: T.tdvp(h=2.0)),
         "time step": ("tdvp", lambda: T.tdvp(dt=0.02)),
