@@ -929,10 +929,11 @@ def _operator_text(op, version: int = VERSION) -> str:
 def _uncountable(op) -> bool:
     """Whether ``op``'s space is finite but too large for NetKet to count
     (``n_states`` raises: 64 spins and more)."""
+    hilbert = getattr(op, "hilbert", None)
+    if not isinstance(hilbert, nk.hilbert.DiscreteHilbert) or not hilbert.is_finite:
+        return False
     try:
-        hilbert = op.hilbert
-        if isinstance(hilbert, nk.hilbert.DiscreteHilbert) and hilbert.is_finite:
-            hilbert.n_states
+        hilbert.n_states
     except Exception:  # noqa: BLE001  (too large to be indexed)
         return True
     return False
