@@ -52,6 +52,23 @@ class UnsupportedNetKetError(NkserdeError):
     """A feature needs a NetKet API that the installed NetKet lacks."""
 
 
+class RunMismatchError(NkserdeError):
+    """``resume="auto"`` found checkpoints of another run in a Checkpoint
+    directory: the run's fingerprint (what the script chose: the operator,
+    the model, the sampling, the optimizer, ...) differs from the one in the
+    directory's ``fingerprint.json``. ``directory`` is the directory,
+    ``changes`` one line per difference, in the script's words where they
+    exist (``operator: Ising h 1.0 -> 1.5``). The ways on: run the script
+    that wrote the checkpoints, ``resume="force"`` (resume them with the new
+    settings) or ``resume="never"`` (start fresh; the old checkpoints are
+    moved to ``previous-<time>/``)."""
+
+    def __init__(self, message: str, directory=None, changes=()):
+        super().__init__(message)
+        self.directory = directory
+        self.changes = list(changes)
+
+
 class ProcessMismatchError(NkserdeError):
     """In a run of several processes, a value that should be the same on
     every process (parameters, optimizer state, structure) differs: a bug in

@@ -8,7 +8,27 @@ these, this is the file to change.
 
 from __future__ import annotations
 
+import functools
+
 import jax
+
+
+def is_initializer(f) -> bool:
+    """Whether ``f`` is one of ``jax.nn.initializers`` or was made by one
+    (``normal(0.01)``, ``lecun_normal()``; flax's initializers are JAX's).
+    The modules they are defined in (private, ``jax._src.nn.initializers``
+    from JAX 0.4 to 0.12) are read off initializers the public API makes,
+    so no private name is written here."""
+    module = getattr(f, "__module__", None)
+    return module is not None and module in _initializer_modules()
+
+
+@functools.cache
+def _initializer_modules() -> frozenset:
+    """The modules of functions ``jax.nn.initializers`` makes (JAX 0.4 to 0.12)."""
+    init = jax.nn.initializers
+    made = (init.normal(), init.constant(0.0), init.variance_scaling(1.0, "fan_in", "normal"), init.zeros)
+    return frozenset(getattr(f, "__module__", None) for f in made) | {init.__name__}
 
 
 def concrete_mesh():

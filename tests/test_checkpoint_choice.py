@@ -8,7 +8,7 @@ import nkserde
 from nkserde.checkpoint import run_fingerprint as fingerprint
 from nkserde.checkpoint.choice import choose_checkpoint
 from nkserde.directory import RunDirectory
-from nkserde.errors import NkserdeError
+from nkserde.errors import NkserdeError, RunMismatchError
 
 RUN = {"fingerprint_version": str(fingerprint.VERSION), "driver": "VMC", "n_samples": "512"}
 
@@ -47,8 +47,13 @@ def test_the_newest_that_verifies_is_chosen_with_its_state(tmp_path):
 def test_a_changed_run_is_refused_naming_the_change_unless_forced(tmp_path):
     files = _files(tmp_path, steps=(5,))
     changed = {**RUN, "n_samples": "1024"}
-    with pytest.raises(NkserdeError, match="n_samples"):
+    with pytest.raises(RunMismatchError) as refused:
         _choose(files, current=changed)
+    assert refused.value.changes == ["n_samples: 512 -> 1024"] and refused.value.directory == tmp_path
+    message = str(refused.value)
+    assert str(files.fingerprint_path) in message and "\n  n_samples: 512 -> 1024\n" in message
+    # the three ways on
+    assert "the script that wrote them" in message and "resume='force'" in message and "resume='never'" in message
     path, _ = _choose(files, resume="force", current=changed)
     assert path == files.step_path(5)
     assert files.read_fingerprint() == changed  # the forced run is the run now
@@ -86,3 +91,24 @@ def test_a_damaged_fingerprint_is_refused_naming_it_unless_forced(tmp_path):
     path, _ = _choose(files, resume="force")
     assert path == files.step_path(5)
     assert files.read_fingerprint() == RUN  # written anew
+
+
+def test_a_version_2_fingerprint_is_compared_and_replaced_by_todays(tmp_path):
+    """fingerprint.json files of version 2 are on users' disks: compared
+    (a change is still refused), and written anew at today's version once
+    the run resumes."""
+    version_2 = {**RUN, "fingerprint_version": "2"}
+    files = _files(tmp_path, steps=(5,), fp={**version_2, "n_samples": "256"})
+    with pytest.raises(RunMismatchError, match="n_samples: 256 -> 512"):
+        _choose(files)
+    files.write_fingerprint(version_2)
+    path, _ = _choose(files)
+    assert path == files.step_path(5)
+    assert files.read_fingerprint() == RUN
+
+
+def test_a_fingerprint_without_a_version_is_not_compared_and_replaced(tmp_path):
+    """nkserde's first fingerprints (no version, reprs) are not compared."""
+    files = _files(tmp_path, steps=(5,), fp={"driver": "VMC", "n_samples": "256"})
+    path, _ = _choose(files)
+    assert path == files.step_path(5) and files.read_fingerprint() == RUN

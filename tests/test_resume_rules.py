@@ -298,6 +298,30 @@ def test_two_drivers_share_one_directory(tmp_path):
     assert gs.last_checkpoint.resumed_from == 2 and te.last_checkpoint.resumed_from == 2
 
 
+@pytest.mark.parametrize("build", ["sr", "vmc_sr"])
+def test_a_script_that_runs_one_driver_twice_resumes_both_runs(tmp_path, build):
+    """NetKet's tutorials call run() twice on one driver. SR keeps the last
+    step's QGT (and VMC_SR its solver's report) on the driver: a cache of
+    the first run(), not a choice. Run again, the script resumes the first
+    run() (finished: it returns at once, the cache empty) and the second."""
+
+    def script():
+        nkserde.checkpoint.reset_run_numbering()
+        if build == "sr":
+            driver = B.vmc(preconditioner=nk.optimizer.SR(diag_shift=0.01))
+        else:
+            driver = B.vmc_sr()
+        gs = nkserde.checkpointed(driver, tmp_path / "ckpt", every=2)
+        gs.run(2, out=None, show_progress=False)
+        first = gs.last_checkpoint
+        gs.run(2, out=None, show_progress=False)
+        return first, gs.last_checkpoint, gs
+
+    script()
+    first, second, gs = script()  # the same script again: refused at its second run() before
+    assert first.resumed_from == 2 and second.resumed_from == 4 and gs.step_count == 4
+
+
 # ------------------------------------------------------ messages, early failures
 
 

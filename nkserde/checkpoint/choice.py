@@ -11,7 +11,7 @@ from .._warnings import outside
 from .. import api
 from .._log import say
 from ..directory import RunDirectory
-from ..errors import CorruptFileError, NkserdeError
+from ..errors import CorruptFileError, NkserdeError, RunMismatchError
 from . import run_fingerprint
 
 
@@ -23,8 +23,12 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
     fingerprint is then written). Damaged or unreadable checkpoints are
     skipped with a warning.
 
-    Raises NkserdeError: the lock is held, the run changed (unless
-    ``resume="force"``), or ``resume="must"`` and nothing can be resumed."""
+    A fingerprint of an older version that is still compared (version 2)
+    is written anew at today's version once the run resumes.
+
+    Raises RunMismatchError: the run changed (unless ``resume="force"``);
+    NkserdeError: the lock is held, or ``resume="must"`` and nothing can be
+    resumed."""
     directory = files.path
     files.lock.acquire()
     if resume == "never" and files.has_history():
@@ -46,9 +50,13 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
     if saved:
         changes = run_fingerprint.changes(saved, current)
         if changes and resume != "force":
-            raise NkserdeError(
+            raise RunMismatchError(
                 f"{directory}: the run differs from the one that wrote these checkpoints "
-                "(use resume='force' to load anyway, or resume='never' to start fresh):\n  " + "\n  ".join(changes)
+                f"({files.fingerprint_path} -> this script):\n  " + "\n  ".join(changes) + "\n"
+                "Run the script that wrote them, or pass resume='force' to resume them with these settings, "
+                "or resume='never' to start fresh (the old checkpoints are moved to previous-<time>/)",
+                directory=directory,
+                changes=changes,
             )
         if changes:
             say(
@@ -64,8 +72,8 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
             warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=outside())
             continue
-        if resume == "force" or not run_fingerprint.comparable(saved):
-            files.write_fingerprint(current)
+        if resume == "force" or saved.get("fingerprint_version") != current.get("fingerprint_version"):
+            files.write_fingerprint(current)  # an older version (compared or not) is replaced by today's
         return path, state
     if resume == "must":
         raise NkserdeError(f"{directory}: no checkpoint verifies; nothing to resume")

@@ -65,11 +65,23 @@ DRIVER_RUN_STATE = frozenset(
 # SteadyState ``_lind``, TDVP ``_generator``, Infidelity ``_operator``
 # (3.21 to 3.23); ``operator`` is public in newer drivers.
 DRIVER_OPERATOR_ATTRIBUTES = ("_ham", "_lind", "_generator", "_operator", "operator")
+# Driver settings NetKet derives from the others when the user leaves them
+# out, and that do not change the mathematics of a step: VMC_SR's and
+# Infidelity_SR's ``_use_ntk`` (SR or its kernel form, minSR: the same
+# update) and ``_on_the_fly`` (how the QGT is applied: memory), 3.21 to 3.23.
+DRIVER_DERIVED_SETTINGS = frozenset({"_use_ntk", "_on_the_fly"})
 # The attribute of a driver's variational state (every driver, 3.21 to 3.23)
 DRIVER_STATE_ATTRIBUTE = "_variational_state"
-# The driver attributes the fingerprint describes by a view of their own
+# The driver attribute the fingerprint describes by a view of its own
 DRIVER_INTEGRATOR_ATTRIBUTE = "_integrator"  # TDVP and the dynamics drivers
-DRIVER_PRECONDITIONER_ATTRIBUTE = "_preconditioner"  # VMC
+
+# ------------------------------------------------------------- optimizers
+
+# Fields of a preconditioner that are results of the last step, not
+# settings: ``AbstractLinearPreconditioner``'s ``_lhs`` (the QGT of the last
+# step), ``x0`` (the last solution, a warm start) and ``info`` (the solver's
+# report), 3.21 to 3.23; VMC_SR keeps its solver's report in ``info`` too.
+PER_STEP_FIELDS = frozenset({"_lhs", "x0", "info"})
 
 
 def set_step_count(driver, count: int) -> None:
@@ -88,6 +100,11 @@ def integrator_settings(integrator) -> dict:
 
 # An MCState's chunk sizes: memory, not physics (``_chunk_size_bwd``, 3.21 to 3.23)
 CHUNK_SIZE_FIELDS = ("chunk_size", "_chunk_size_bwd")
+# Model fields NetKet computes from the others when the user leaves them out:
+# ``GCNN_Irrep.irreps``, the irreducible representations of the symmetry
+# group (``irrep_matrices()``, numerical linear algebra whose last bits
+# differ between numpy releases), 3.21 to 3.23
+MODEL_DERIVED_FIELDS = ("irreps",)
 
 
 def log_psi_function(vs):
