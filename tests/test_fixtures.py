@@ -128,3 +128,38 @@ def test_checkpoint_directory_resumes(writer, tmp_path):
     if _written_here(expected):
         assert losses == case["proceed"]
         assert scenarios.parameters_sha(finished) == case["parameters_sha"]
+
+
+# Checkpoint directories whose loggers hold whole histories (tests/fixtures/histories-*/)
+HISTORIES = sorted(p.name for p in FIXTURES.glob("histories-*"))
+SERIES = ["Energy", *(f"x{i}" for i in range(scenarios.HISTORY_OBSERVABLES))]
+
+
+def _check_histories(runtime, directory, total):
+    """Every series of the RuntimeLog and of the JsonLog's file holds every
+    step once; the observables hold their values."""
+    for name in SERIES:
+        assert runtime.data[name].iters.tolist() == list(range(total)), name
+    for i in range(scenarios.HISTORY_OBSERVABLES):
+        assert runtime.data[f"x{i}"]["value"].tolist() == [scenarios.observable(i, s) for s in range(total)]
+    logged = json.loads((directory / "log.log").read_text())
+    assert set(SERIES) <= set(logged)
+    assert all(series["iters"] == list(range(total)) for series in logged.values())
+
+
+@pytest.mark.skipif(not HAS_CHECKPOINT, reason="nkserde.Checkpoint needs NetKet's callback API")
+@pytest.mark.parametrize("writer", HISTORIES)
+def test_checkpoint_with_logger_histories_resumes(writer, tmp_path):
+    expected = json.loads((FIXTURES / writer / "histories.json").read_text())
+    steps, total = expected["steps"], expected["total"]
+    shutil.copytree(FIXTURES / writer / "checkpoint", tmp_path / "run")
+    directory = tmp_path / "run"
+    nkserde.checkpoint.reset_run_numbering()
+    finished, runtime = scenarios.history_run(directory, total, nkserde.Checkpoint)
+    assert finished.step_count == total
+    _check_histories(runtime, directory, total)
+    energies = np.real(np.asarray(runtime.data["Energy"]["Mean"])).tolist()
+    assert energies[:steps] == expected["energies"][:steps]  # restored from the file, bit for bit
+    if _written_here(expected):
+        assert energies == expected["energies"]
+        assert scenarios.parameters_sha(finished) == expected["parameters_sha"]
