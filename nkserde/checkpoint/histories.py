@@ -335,15 +335,24 @@ def _replay(records) -> dict:
                 lengths = {len(a) if isinstance(a, np.ndarray) and a.ndim >= 1 else None for a in columns.values()}
                 if len(lengths) != 1 or None in lengths:
                     raise CorruptFileError(f"{where}: {_where(key, spath)}: columns that are not rows of one length")
-                chunks = logger.setdefault(spath, [])
-                held = sum(len(next(iter(c.values()))) for c in chunks)
-                if series["start"] != held:
+                held = logger.setdefault(spath, _Rows())
+                if series["start"] != held.rows:
                     raise CorruptFileError(
                         f"{where}: {_where(key, spath)}: rows from {series['start']}, "
-                        f"expected from {held} (the rows before)"
+                        f"expected from {held.rows} (the rows before)"
                     )
-                chunks.append(columns)
-    return out
+                held.chunks.append(columns)
+                held.rows += lengths.pop()
+    return {key: {spath: held.chunks for spath, held in logger.items()} for key, logger in out.items()}
+
+
+class _Rows:
+    """The chunks of one series replayed so far, and their rows."""
+
+    __slots__ = ("chunks", "rows")
+
+    def __init__(self):
+        self.chunks, self.rows = [], 0
 
 
 def _rebuild(key, stub, chunks: dict) -> dict:

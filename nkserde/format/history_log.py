@@ -302,9 +302,9 @@ def read_records(
         stop = size if end is None else end
         if stop > size:
             raise _corrupt(path, f"the history log holds {size} bytes; its records should end at byte {stop}")
-        i = 0
+        i, max_head = 0, limits.current().max_header_bytes
         while (i < records) if records is not None else (offset < stop):
-            value = chain(value, *_read_record(f, path, i, offset, stop, budget, trees if decode else None))
+            value = chain(value, *_read_record(f, path, i, offset, stop, max_head, budget, trees if decode else None))
             offset = f.tell()
             i += 1
         if offset != stop:
@@ -312,7 +312,7 @@ def read_records(
     return trees if decode else [None] * i, value
 
 
-def _read_record(f, path, i, offset, stop, budget, trees) -> tuple[int, int]:
+def _read_record(f, path, i, offset, stop, max_header, budget, trees) -> tuple[int, int]:
     where = f"record {i} (byte {offset})"
     if offset + RECORD.size > stop:
         raise _corrupt(path, f"{where}: runs past byte {stop}, where the log should end")
@@ -322,7 +322,6 @@ def _read_record(f, path, i, offset, stop, budget, trees) -> tuple[int, int]:
     )
     if magic != RECORD_MAGIC or flags:
         raise _corrupt(path, f"{where}: not a history record (magic {magic!r}, flags {flags})")
-    max_header = limits.current().max_header_bytes
     if head_length > max_header:
         raise LoadLimitError(
             f"{path}: {where}: a head of {head_length} bytes is larger than the limit of {max_header} bytes "
