@@ -9,7 +9,6 @@ logged step by step; the runs are a few steps of the 8-site VMC."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import warnings
 
@@ -335,20 +334,6 @@ def test_resume_never_moves_the_history_logs_aside(tmp_path):
     assert sorted(p.name for p in old.iterdir()) == ["fingerprint.json", "history-000001.nkh", "step-0000000002.nks"]
     assert directory.problem(old / "step-0000000002.nks") is None  # still resolves where it is
     assert [p.name for p in directory.history_files(tmp_path)] == ["history-000001.nkh"]  # the new run's
-
-
-def test_a_jsonlog_file_is_rewritten_from_the_log_on_resume(tmp_path, reference):
-    """A JsonLog's .log holds every step once after a resume from the
-    history log (steps logged after the checkpoint by the crashed run are
-    dropped)."""
-    for crash in (5, None):
-        log = nk.logging.JsonLog(str(tmp_path / "out"), save_params=False)
-        run(tmp_path / "ckpt", N_STEPS, crash_at=crash, log=log)
-        log.flush()
-    logged = json.loads((tmp_path / "out.log").read_text())
-    assert logged["Energy"]["iters"] == list(range(N_STEPS))
-    mean = logged["Energy"]["Mean"]
-    assert (mean["real"] if isinstance(mean, dict) else mean) == np.real(reference).tolist()
 
 
 # ------------------------------------------------------- the history log's reader
