@@ -401,8 +401,13 @@ MUTATIONS = [
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes | None:
-    """One structure-aware mutation of file ``data`` (see the module doc);
-    None if ``data`` does not parse or the mutation does not apply."""
+    """One structure-aware mutation of file ``data`` (see the module doc; a
+    history log's are mutate_history.py's); None if ``data`` does not parse
+    or the mutation does not apply."""
+    if data.startswith(b"\x89NKSHIS\n"):
+        import mutate_history
+
+        return mutate_history.mutate(data, rng)
     parsed = split(data)
     if parsed is None:
         return None

@@ -10,7 +10,12 @@ migrations, format-1 files, checkpoint files), and ``migrate`` (an old file
 rewritten at today's versions, without a template); and the partial
 paths: ``nkserde.open`` (every key read, one at a time, lazily) and the
 index and array-at-a-time reads of the command line (``read_index``,
-``read_arrays``).
+``read_arrays``). And the way a resume reads a checkpoint's logger
+histories (:func:`read_history_log`, :func:`resolve_histories`): a
+checkpoint file is resolved against
+the seed corpus's history log, a history log (nkserde/format/history_log.py)
+is read record by record, its records replayed, and the seed corpus's
+layout-2 checkpoint resolved against it.
 
 :func:`read_netket_file` does the same for NetKet's own files (flax
 ``.mpack``, nqxpack ``.nk`` zips and their directory form): ``load`` into
@@ -80,8 +85,58 @@ def read_every_way(path: Path, templates: dict, scratch: Path):
         ("migrate", lambda: nkserde.migrate(path, scratch / "migrated.nks", overwrite=True)),
         ("open", lambda: _open_every_key(path)),
         ("read_index/read_arrays", lambda: (fileformat.read_index(path), list(fileformat.read_arrays(path)))),
+        ("history log", lambda: read_history_log(path, data, scratch)),
+        ("resolve histories", lambda: resolve_histories(path, data, scratch)),
     )
     return first_crash(actions)
+
+
+# The seed corpus's layout-2 checkpoint and the history log it refers to
+# (both written by one Checkpoint run): the fixed half of each pair.
+SEED_CHECKPOINT = Path(__file__).resolve().parent / "corpus" / "checkpoint_layout2_step4.nks"
+SEED_HISTORY_LOG = Path(__file__).resolve().parent / "corpus" / "history_log.nkh"
+SEED_HISTORY_NAME = "history-000001.nkh"  # its name beside the checkpoint
+
+
+def _histories_scratch(scratch: Path) -> Path:
+    where = scratch / "histories"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir(parents=True)
+    return where
+
+
+def read_history_log(path: Path, data: bytes, scratch: Path) -> None:
+    """A history log (by its magic): its header, every record to its end,
+    the records replayed as a resume does."""
+    from nkserde.checkpoint import histories
+    from nkserde.format import history_log
+
+    if not data.startswith(history_log.MAGIC):
+        return
+    header = history_log.read_header(path)
+    trees, _ = history_log.read_records(path, file_id=header["id"], end=None, records=None, chain_start=0)
+    histories._replay([(f"record {i}", t) for i, t in enumerate(trees)])
+
+
+def resolve_histories(path: Path, data: bytes, scratch: Path) -> None:
+    """What a resume reads of logger histories: a history log (by its magic)
+    under the seed checkpoint, which is resolved against it and verified;
+    any other input resolved as a checkpoint beside the seed history log."""
+    from nkserde import directory
+    from nkserde.checkpoint import histories
+    from nkserde.format import history_log
+
+    where = _histories_scratch(scratch)
+    if data.startswith(history_log.MAGIC):
+        (where / SEED_HISTORY_NAME).write_bytes(data)
+        checkpoint = where / SEED_CHECKPOINT.name
+        shutil.copy(SEED_CHECKPOINT, checkpoint)
+        directory.problem(checkpoint)
+    else:
+        shutil.copy(SEED_HISTORY_LOG, where / SEED_HISTORY_NAME)
+        checkpoint = where / "step-0000000004.nks"
+        checkpoint.write_bytes(data)
+    histories.resolve(checkpoint, nkserde.load_state_dict(checkpoint))
 
 
 def first_crash(actions):

@@ -5,6 +5,8 @@ what is *in* a checkpoint file is nkserde.checkpoint_file's).
 
     ckpt/                      a Checkpoint's directory
       step-0000000015.nks      one checkpoint: 15 completed steps
+      history-000001.nkh       the loggers' histories the checkpoints refer to
+                               (nkserde.format.history_log; nkserde.checkpoint.histories)
       fingerprint.json         what defines the run (nkserde.checkpoint.run_fingerprint)
       .lock                    while a run uses the directory (DirectoryLock)
       error-requeues           how often SLURM jobs of the run were requeued after it failed
@@ -26,13 +28,15 @@ import time
 import warnings
 from pathlib import Path
 
+from . import checkpoint_file
 from ._warnings import outside
 from . import format as fileformat
 from .errors import CheckpointDirectoryError, CorruptFileError, NkserdeError
-from .format import bounded, limits
+from .format import bounded, history_log, limits
 from .format.atomic import atomic_write, pid_alive
 
 STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
+HISTORY_FILE = re.compile(r"^history-(\d{6,})\.nkh$")  # a history log: records appended by checkpoints
 RUN_DIRECTORY = re.compile(r"^run-(\d+)$")
 FINGERPRINT_FILE = "fingerprint.json"  # what defines the run of a Checkpoint directory
 LOCK_FILE = ".lock"
@@ -53,6 +57,86 @@ def steps(directory: Path) -> list[int]:
     return sorted(int(m.group(1)) for m in found if m)
 
 
+def history_files(directory: Path) -> list[Path]:
+    """The history logs in ``directory``, oldest (lowest number) first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := HISTORY_FILE.match(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def new_history_path(directory: Path) -> Path:
+    """Where a new history log of ``directory`` goes: a number after every
+    existing one (a log is never replaced)."""
+    logs = history_files(directory)
+    number = int(HISTORY_FILE.match(logs[-1].name).group(1)) + 1 if logs else 1
+    return Path(directory) / f"history-{number:06d}.nkh"
+
+
+def history_path(directory: Path, name) -> Path:
+    """The history log ``name`` (as a checkpoint names it) of ``directory``;
+    CorruptFileError if it is not a history log's name (a path elsewhere)."""
+    if not isinstance(name, str) or not HISTORY_FILE.match(name):
+        raise CorruptFileError(f"{directory}: {name!r:.80} is not the name of a history log")
+    return Path(directory) / name
+
+
+def history_lineage(directory: Path, position: dict) -> list[tuple[Path, dict, int]]:
+    """The history logs of ``directory`` that ``position`` (a checkpoint's)
+    reaches back through, oldest first: ``(path, position in it, chain at
+    its start)``. A log continues its parent's position; a parent is older
+    (a smaller number), so the walk ends. A log that is missing, or not
+    the one named (another id), is a CorruptFileError naming it."""
+    directory = Path(directory)
+    out = []
+    while position is not None:
+        path = history_path(directory, position["file"])
+        number = int(HISTORY_FILE.match(path.name).group(1))
+        if out and number >= int(HISTORY_FILE.match(out[-1][0].name).group(1)):
+            raise CorruptFileError(f"{out[-1][0]}: continues {path.name}, which is not an older history log")
+        try:
+            header = history_log.read_header(path)
+        except FileNotFoundError:
+            raise CorruptFileError(f"{path}: the history log is missing") from None
+        if header["id"] != position["id"]:
+            raise CorruptFileError(
+                f"{path}: history log id {header['id']}, expected {position['id']} (another log under that name)"
+            )
+        parent = header.get("parent")
+        out.append((path, position, parent["chain"] if parent is not None else 0))
+        position = parent
+    return out[::-1]
+
+
+def read_history(directory: Path, position: dict, *, decode: bool = True) -> list[tuple[str, object]]:
+    """Every record up to ``position`` (a checkpoint's) in the history logs
+    of ``directory``, oldest first, each checked and the whole chain
+    compared with the position's: ``(where, tree)``, where names the log and
+    the record (``history-000001.nkh record 3``), the tree None without
+    ``decode``. Raises CorruptFileError naming the log and the record."""
+    position = history_log.check_position(position, f"{directory}: a checkpoint")
+    budget = history_log.Budget()
+    records = []
+    for path, part, chain_start in history_lineage(directory, position):
+        trees, chain = history_log.read_records(
+            path,
+            file_id=part["id"],
+            end=part["end"],
+            records=part["records"],
+            chain_start=chain_start,
+            decode=decode,
+            budget=budget,
+        )
+        if chain != part["chain"]:
+            raise CorruptFileError(
+                f"{path}: its {part['records']} records up to byte {part['end']} chain to {chain:#018x}, "
+                f"the checkpoint recorded {part['chain']:#018x}: the history log was rewritten or damaged"
+            )
+        records += [(f"{path.name} record {i}", tree) for i, tree in enumerate(trees)]
+    return records
+
+
 def runs(directory: Path) -> list[Path]:
     """The ``run-<i>`` subdirectories of a ``checkpointed(...)`` directory,
     in order."""
@@ -64,10 +148,15 @@ def runs(directory: Path) -> list[Path]:
 
 
 def problem(path: Path) -> str | None:
-    """None if the file verifies (every checksum, the structure), else what
-    is wrong, in one line."""
+    """None if the file verifies (every checksum, the structure), and the
+    logger histories a checkpoint keeps in the directory's history logs
+    with it (every record up to its position, every checksum and the
+    chain), else what is wrong, in one line."""
     try:
-        fileformat.drain(fileformat.verify_steps(Path(path)))
+        header = fileformat.drain(fileformat.verify_steps(Path(path)))
+        position = checkpoint_file.history_position(header["tree"])
+        if position is not None:
+            read_history(Path(path).parent, position, decode=False)
         return None
     except (NkserdeError, OSError) as exc:  # CorruptFileError, UnsupportedVersionError, FileReadError
         return " ".join(str(exc).split())
@@ -232,13 +321,14 @@ class RunDirectory:
             f.write(f"{self.error_requeues() + 1}\n".encode())
 
     def move_aside(self) -> Path:
-        """Moves every checkpoint and the fingerprint into a new
-        ``previous-<time>/`` (nothing is deleted); returns it."""
+        """Moves every checkpoint, the history logs they refer to and the
+        fingerprint into a new ``previous-<time>/`` (nothing is deleted);
+        returns it."""
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         target = self.path / f"{PREVIOUS}{stamp}"
         target.mkdir()
         for p in self.path.iterdir():
-            if STEP_FILE.match(p.name) or p.name == FINGERPRINT_FILE:
+            if STEP_FILE.match(p.name) or HISTORY_FILE.match(p.name) or p.name == FINGERPRINT_FILE:
                 p.rename(target / p.name)
         return target
 

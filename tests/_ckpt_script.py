@@ -20,6 +20,7 @@ It prints, one line each, flushed:
     step <k>                     in on_step_end of step k (k = 1, 2, ...),
                                  after the loggers and the Checkpoint
     writing <file>               see CKPT_SLOW_WRITE
+    appending step <k>           see CKPT_SLOW_APPEND
     run_end step_count=<n> params <digest>
                                  in on_run_end, after the Checkpoint's (also
                                  when a signal ends the program: exit 75)
@@ -34,6 +35,10 @@ Environment:
     CKPT_SLOW_WRITE=<k>:<s>      the write of checkpoint k stops for s seconds
                                  after its data, before the fsync and rename
                                  that publish it (its temporary file exists).
+    CKPT_SLOW_APPEND=<k>:<s>     (every=1, a fresh run) the append of step k's
+                                 logger rows to the history log writes half
+                                 of them (flushed, fsynced), then stops for s
+                                 seconds before the rest.
     CKPT_JAX_CACHE=<dir>         JAX persistent compilation cache (only makes
                                  the processes after the first start faster).
     CKPT_STEP_SECONDS=<s>        sleep s seconds at the end of every step (a
@@ -151,6 +156,31 @@ def slow_down_a_write():
     nkserde.format.writer.atomic_write = atomic_write
 
 
+def slow_down_an_append():
+    spec = os.environ.get("CKPT_SLOW_APPEND")
+    if not spec:
+        return
+    step, seconds = (int(x) for x in spec.split(":"))
+    from nkserde.format import history_log
+
+    original, calls = history_log.append, [1]  # step 1's rows start the log: the append of step k is call k - 1
+
+    def append(path, *, file_id, end, record):
+        calls[0] += 1
+        if calls[0] != step:
+            return original(path, file_id=file_id, end=end, record=record)
+        with open(path, "r+b") as f:
+            f.seek(end)
+            f.write(record.data[: len(record.data) // 2])
+            f.flush()
+            os.fsync(f.fileno())
+        say(f"appending step {step}")
+        time.sleep(seconds)
+        raise RuntimeError("the append should have been killed")
+
+    history_log.append = append
+
+
 def main():
     global CHECKPOINT
     parser = argparse.ArgumentParser()
@@ -161,6 +191,7 @@ def main():
     parser.add_argument("--sync", action="store_true", help="async_save=False")
     args = parser.parse_args()
     slow_down_a_write()
+    slow_down_an_append()
 
     driver = BUILD[args.driver]()
     ckpt_dir = args.workdir / "ckpt"

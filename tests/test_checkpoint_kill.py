@@ -353,6 +353,37 @@ def test_sigkill_while_a_checkpoint_is_written(sync, runner, reference, tmp_path
 
 
 @pytest.mark.slow
+def test_sigkill_in_the_middle_of_a_history_append(runner, reference, tmp_path):
+    """The background write of checkpoint k appends its logger rows to the
+    history log first: killed when half of them are on disk. The log ends
+    in a torn record after checkpoint k - 1's position; every checkpoint
+    verifies; the rerun resumes from k - 1, continues the histories in a
+    new log from that position and ends as the uninterrupted run (the
+    JsonLog's .log value for value)."""
+    import nkserde
+    from nkserde import directory
+
+    ref = reference("vmc")
+    k = 4
+    options = ["--mode", "checkpointed", "--every", "1"]
+    first = runner.start("vmc", tmp_path, *options, env={"CKPT_SLOW_APPEND": f"{k}:{TIMEOUT}"})
+    first.wait_for(f"appending step {k}")
+    first.send(signal.SIGKILL)
+    assert first.finish() == -signal.SIGKILL
+    run = tmp_path / "ckpt" / "run-0"
+    saved = saved_steps(tmp_path)
+    assert saved[-1] == k - 1, saved
+    position = nkserde.load_state_dict(directory.step_path(run, k - 1))["history"]
+    assert (run / position["file"]).stat().st_size > position["end"]  # the torn record
+    assert all(directory.problem(directory.step_path(run, s)) is None for s in saved)
+
+    second = runner.run_to_end("vmc", tmp_path, *options)
+    check_resumed_run(second, saved)
+    assert_same_end(tmp_path, ref)
+    assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh", "history-000002.nkh"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_sigterm_checkpoints_and_stops_cleanly(driver, runner, reference, tmp_path):
     """SIGTERM (what SLURM sends before it kills a job), sent while the

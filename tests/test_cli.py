@@ -28,6 +28,7 @@ from multiprocess import launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
 from nkserde import schema
+from nkserde.checkpoint import histories
 
 SCRIPT = Path(sys.executable).with_name("nkserde")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -260,8 +261,9 @@ def test_ls_directory_with_damaged_newest(inputs):
     assert steps[4]["verifies"] and steps[4]["resume"] and steps[4]["completed_steps"] == 4
     assert steps[4]["size"] == (inputs / "damaged-dir" / "step-0000000004.nks").stat().st_size
     assert steps[4]["driver"] == "netket.driver.VMC" and steps[4]["created"]
-    # the last logged energy of the history the checkpoint holds
-    history = nkserde.load_state_dict(inputs / "vmc" / "step-0000000004.nks")["loggers"]["RuntimeLog#0"]["history"]
+    # the last logged energy of the history the checkpoint holds (in the directory's history log)
+    path = inputs / "vmc" / "step-0000000004.nks"
+    history = histories.resolve(path, nkserde.load_state_dict(path))["loggers"]["RuntimeLog#0"]["history"]
     energy = history[0]
     assert steps[4]["loss"] == {
         "name": "Energy",
@@ -271,6 +273,8 @@ def test_ls_directory_with_damaged_newest(inputs):
     }
     fingerprint = json.loads((inputs / "vmc" / "fingerprint.json").read_text())
     assert run_["fingerprint"]["fields"] == fingerprint and len(run_["fingerprint"]["digest"]) == 12
+    (log,) = run_["history_logs"]
+    assert log == {"file": "history-000001.nkh", "size": (inputs / "damaged-dir" / log["file"]).stat().st_size}
 
 
 def test_ls_checkpointed_directory(inputs):

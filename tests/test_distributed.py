@@ -195,6 +195,16 @@ def test_checkpointed_run_killed_resumes_exactly(runs, cache, tmp_path):
     launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
     result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
     assert int(result["resumed_from"]) == 2
+    # the JsonLog's rows went to one history log, appended by process 0 alone
+    # (two writers would have broken its chain): one record per checkpoint
+    from nkserde import directory
+
+    run = tmp_path / "ckpt" / "run-0"
+    assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh"]
+    steps = directory.steps(run)
+    records = [nkserde.load_state_dict(directory.step_path(run, s))["history"]["records"] for s in steps]
+    assert records == [s // 2 for s in steps], (steps, records)
+    assert all(directory.problem(directory.step_path(run, s)) is None for s in steps)
 
 
 def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path):
@@ -303,3 +313,13 @@ def test_a_peer_killed_between_checkpoints_ends_the_others_and_the_rerun_resumes
     launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache)
     result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
     assert int(result["resumed_from"]) == 2
+    # the JsonLog's rows went to one history log, appended by process 0 alone
+    # (two writers would have broken its chain): one record per checkpoint
+    from nkserde import directory
+
+    run = tmp_path / "ckpt" / "run-0"
+    assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh"]
+    steps = directory.steps(run)
+    records = [nkserde.load_state_dict(directory.step_path(run, s))["history"]["records"] for s in steps]
+    assert records == [s // 2 for s in steps], (steps, records)
+    assert all(directory.problem(directory.step_path(run, s)) is None for s in steps)

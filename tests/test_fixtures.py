@@ -128,3 +128,91 @@ def test_checkpoint_directory_resumes(writer, tmp_path):
     if _written_here(expected):
         assert losses == case["proceed"]
         assert scenarios.parameters_sha(finished) == case["parameters_sha"]
+
+
+# Checkpoint directories whose loggers hold whole histories (tests/fixtures/histories-*/)
+HISTORIES = sorted(p.name for p in FIXTURES.glob("histories-*"))
+SERIES = ["Energy", *(f"x{i}" for i in range(scenarios.HISTORY_OBSERVABLES))]
+
+
+def _check_histories(runtime, directory, total):
+    """Every series of the RuntimeLog and of the JsonLog's file holds every
+    step once; the observables hold their values."""
+    for name in SERIES:
+        assert runtime.data[name].iters.tolist() == list(range(total)), name
+    for i in range(scenarios.HISTORY_OBSERVABLES):
+        assert runtime.data[f"x{i}"]["value"].tolist() == [scenarios.observable(i, s) for s in range(total)]
+    logged = json.loads((directory / "log.log").read_text())
+    assert set(SERIES) <= set(logged)
+    assert all(series["iters"] == list(range(total)) for series in logged.values())
+
+
+@pytest.mark.skipif(not HAS_CHECKPOINT, reason="nkserde.Checkpoint needs NetKet's callback API")
+@pytest.mark.parametrize("writer", HISTORIES)
+def test_checkpoint_with_logger_histories_resumes(writer, tmp_path):
+    expected = json.loads((FIXTURES / writer / "histories.json").read_text())
+    steps, total = expected["steps"], expected["total"]
+    shutil.copytree(FIXTURES / writer / "checkpoint", tmp_path / "run")
+    directory = tmp_path / "run"
+    nkserde.checkpoint.reset_run_numbering()
+    finished, runtime = scenarios.history_run(directory, total, nkserde.Checkpoint)
+    assert finished.step_count == total
+    _check_histories(runtime, directory, total)
+    energies = np.real(np.asarray(runtime.data["Energy"]["Mean"])).tolist()
+    assert energies[:steps] == expected["energies"][:steps]  # restored from the file, bit for bit
+    if _written_here(expected):
+        assert energies == expected["energies"]
+        assert scenarios.parameters_sha(finished) == expected["parameters_sha"]
+
+
+@pytest.mark.skipif(not HAS_CHECKPOINT, reason="nkserde.Checkpoint needs NetKet's callback API")
+@pytest.mark.parametrize("writer", HISTORIES)
+def test_old_checkpoints_resume_into_a_history_log(writer, tmp_path):
+    """A resume from a checkpoint retention kept (the newer ones
+    damaged), or the newest, restores the steps up to it once; the first checkpoint after
+    it starts the history log with the whole histories (layout 2), the
+    next ones append to it, and a later run resumes through it. The old
+    files that stay (retention) are left as they are."""
+    from nkserde.checkpoint import histories
+
+    expected = json.loads((FIXTURES / writer / "histories.json").read_text())
+    total = expected["total"]
+    # one that keep_every kept, with two newer ones damaged; the newest
+    for kept in (expected["checkpoints"][1], expected["checkpoints"][-1]):
+        step = int(kept[len("step-") : -len(".nks")])
+        case = tmp_path / kept
+        shutil.copytree(FIXTURES / writer / "checkpoint", case)
+        ckpt = case / "ckpt"
+        old = {p.name: p.read_bytes() for p in ckpt.glob("step-*.nks")}
+        for newer in (name for name in old if name > kept):
+            (ckpt / newer).write_bytes(old[newer][:-8])  # damaged: its trailer is cut off
+        nkserde.checkpoint.reset_run_numbering()
+        with pytest.warns(UserWarning, match="skipping checkpoint") if step < expected["steps"] else _no_warning():
+            finished, runtime = scenarios.history_run(case, total, nkserde.Checkpoint)
+        assert finished.step_count == total
+        _check_histories(runtime, case, total)
+        energies = np.real(np.asarray(runtime.data["Energy"]["Mean"])).tolist()
+        assert energies[:step] == expected["energies"][:step]
+        if _written_here(expected):
+            assert energies == expected["energies"]
+        # the old checkpoints retention kept are as they were (8 and 16: keep_every)
+        assert all((ckpt / n).read_bytes() == data for n, data in old.items() if n <= kept and (ckpt / n).exists())
+        assert {"step-0000000008.nks", "step-0000000016.nks"} & set(old) <= {p.name for p in ckpt.glob("step-*")}
+        newest = nkserde.Checkpoint(ckpt).latest()
+        state = nkserde.load_state_dict(newest)
+        assert state["layout"] == 2 and state["loggers"]["RuntimeLog#0"]["@type"] == "nkserde.checkpoint.LoggerHistory"
+        assert histories.resolve(newest, state)["history"]["logged"] == ["JsonLog:log", "RuntimeLog#0"]
+    # the run continued from the last one goes on through its history log
+    nkserde.checkpoint.reset_run_numbering()
+    longer, runtime = scenarios.history_run(case, total + 4, nkserde.Checkpoint)
+    assert longer.step_count == total + 4
+    _check_histories(runtime, case, total + 4)
+    assert [p.name for p in (case / "ckpt").glob("history-*.nkh")] == ["history-000001.nkh"]
+
+
+class _no_warning:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False

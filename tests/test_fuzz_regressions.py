@@ -172,3 +172,27 @@ def test_structure_aware_mutations_of_netket_files(netket_templates, tmp_path):
         200,
         seed=5,
     )
+
+
+def test_history_log_mutations(tmp_path):
+    """300 seeded structure-aware mutations of the seed history log
+    (fuzz/mutate_history.py), read as a resume reads one: only nkserde
+    errors."""
+    seed = FUZZ / "corpus" / "history_log.nkh"
+    rng = random.Random(5)
+    path = tmp_path / "m.nkh"
+    applied = 0
+    for _ in range(300):
+        data = mutate.mutate(seed.read_bytes(), rng)
+        if data is None:
+            continue
+        applied += 1
+        path.write_bytes(data)
+        found = targets.first_crash(
+            [
+                ("history log", lambda: targets.read_history_log(path, data, tmp_path)),
+                ("resolve histories", lambda: targets.resolve_histories(path, data, tmp_path)),
+            ]
+        )
+        assert found is None, found
+    assert applied > 200

@@ -52,7 +52,7 @@ from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
-from . import run_fingerprint, scheduler
+from . import histories, run_fingerprint, scheduler
 from .choice import choose_checkpoint
 from .retention import Retention
 from .scheduler import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME, JobControl
@@ -323,6 +323,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             loggers, callbacks = _run_objects(self.loggers)
             run = _Run(loggers, callbacks, end_step)
+            run.histories = histories.HistoryLog(self.directory)
             self.resumed_from, self.interrupted = None, None
             run.nothing_to_do = self._start(driver, run)
             self._check_storable(driver, run)
@@ -555,7 +556,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._start_from_another_run(driver)
             return False
         path = Path(chosen)
-        state = chosen_here[1] if chosen_here else api.load_state_dict(path)
+        state = chosen_here[1] if chosen_here else histories.resolve(path, api.load_state_dict(path))
         try:
             self._restore(driver, run, state)
         except NkserdeError as exc:
@@ -619,6 +620,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             _assign(live, new_obj)
             if jax.process_index() == 0:  # loggers write their files there only
                 netket_loggers.resume_files(live, new_obj)
+        if jax.process_index() == 0:  # the history log holds what this checkpoint holds
+            run.histories.resumed(state)
 
     # ------------------------------------------------------------------- save
 
@@ -628,13 +631,18 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         started = time.monotonic()
         run.saving = True  # a Ctrl-C now waits for the save (see SignalCatcher)
         try:
+            # the write in flight appends to the history log: this one's rows start where it ended
+            self._writer.wait()
             self._settle_write_error()
             state = api.state_dict(self._payload(driver, run, completed, stopped))
+            # the loggers' rows since the last checkpoint, copied, to be appended to the history log
+            state, history = run.histories.prepare(state, completed)
             if asynchronous:
                 state = host_copy(state)
             path = self.path(completed)
             try:
-                self._writer.submit(self._write_steps(state, path, completed), asynchronous=asynchronous, target=path)
+                steps = self._write_steps(state, path, completed, history)
+                self._writer.submit(steps, asynchronous=asynchronous, target=path)
             except NkserdeError as exc:
                 run.last_saved = completed  # a failed checkpoint is not retried at the same step
                 self._write_failed(exc)
@@ -679,8 +687,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             steps = []
         return f"{self.path(steps[-1]).name} is the newest checkpoint" if steps else "there is no checkpoint yet"
 
-    def _write_steps(self, state, path, completed):
-        """The steps of writing one checkpoint (see background.BackgroundWrite)."""
+    def _write_steps(self, state, path, completed, history=None):
+        """The steps of writing one checkpoint (see background.BackgroundWrite).
+        ``history``: process 0's steps appending its loggers' new rows to the
+        history log, first: they return the position the checkpoint records."""
+        if history is not None:
+            state = {**state, checkpoint_file.HISTORY: primary((yield from history))}
         # every process together; one write in flight, so one key sequence for the directory
         sequence = coordination_name("checkpoint:save", self.directory)
         yield from api.save_state_dict_steps(state, path, root_type=checkpoint_file.ROOT_TYPE, sequence=sequence)
@@ -733,6 +745,7 @@ class _Run:
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
         self.stop = None  # a StopFlag shared by the processes of a multi-process run
         self.stopped_by: int | None = None  # the signal (or WALLTIME) that stopped the run
+        self.histories: histories.HistoryLog | None = None  # what the history log holds (process 0)
 
 
 _RUNS: dict[str, itertools.count] = {}

@@ -12,7 +12,7 @@ from .. import api
 from .._log import say
 from ..directory import RunDirectory
 from ..errors import CorruptFileError, NkserdeError, RunMismatchError
-from . import run_fingerprint
+from . import histories, run_fingerprint
 
 
 def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every: int) -> tuple[Path, dict] | None:
@@ -69,6 +69,7 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         path = files.step_path(step)
         try:
             state = api.load_state_dict(path)  # read whole: verified
+            state = histories.resolve(path, state)  # its loggers' histories from the history log, verified
         except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
             warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=outside())
             continue

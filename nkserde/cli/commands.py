@@ -576,6 +576,9 @@ def cmd_ls(args) -> int:
             out.table(columns, rows)
         else:
             out.line("  no checkpoints")
+        if run["history_logs"]:
+            logs = ", ".join(f"{log['file']} ({_size(log['size'])})" for log in run["history_logs"])
+            out.line(f"  logger histories in {logs}")
         for c in run["checkpoints"]:
             if c["problem"]:
                 out.line(f"  {c['file']}: {c['problem']}", "red")

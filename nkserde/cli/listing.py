@@ -5,9 +5,11 @@ loss).
 
 Read from the header and the few arrays shown, without NetKet: a
 checkpoint file holds the payload of nkserde.checkpoint_file; the loggers'
-"history" follows the schema of nkserde/netket/loggers.py, TDVP's time that
-of nkserde/netket/dynamics.py (a ``KahanSum``). Verifying a checkpoint
-streams it whole, keeping nothing.
+"history" follows the schema of nkserde/netket/loggers.py (in layout 2 a
+stub of nkserde/checkpoint/histories.py holds its last row), TDVP's time
+that of nkserde/netket/dynamics.py (a ``KahanSum``). Verifying a checkpoint
+streams it whole, and the history log records it refers to, keeping
+nothing.
 """
 
 from __future__ import annotations
@@ -62,13 +64,16 @@ def _number(node, arrays):
 def _loss_series(loggers) -> tuple[str, dict] | None:
     """The first logged Monte Carlo statistic of the first logger with a
     history: the driver's loss (NetKet logs it first: ``Energy`` for VMC,
-    ``Generator`` for TDVP, ``Infidelity``...). (name, columns)."""
+    ``Generator`` for TDVP, ``Infidelity``...). (name, columns): the whole
+    columns, or the last row of each where the checkpoint keeps the history
+    in the history log (a ``LOGGER_HISTORY`` stub, layout 2)."""
     if not isinstance(loggers, dict):
         return None
     for logger in loggers.values():
-        history = logger.get("history") if isinstance(logger, dict) else None
+        stub = isinstance(logger, dict) and logger.get("@type") == checkpoint_file.LOGGER_HISTORY
+        history = logger.get("series" if stub else "history") if isinstance(logger, dict) else None
         for series in history if isinstance(history, list) else ():
-            columns = series.get("columns") if isinstance(series, dict) else None
+            columns = series.get("last" if stub else "columns") if isinstance(series, dict) else None
             if (
                 isinstance(columns, dict)
                 and _ref(columns.get("Mean")) is not None
@@ -142,8 +147,9 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
     ``run-<i>`` of a ``checkpointed(...)`` directory) with its checkpoints,
     oldest first: ``{"directory", "run", "fingerprint", "resume",
     "checkpoints": [{"file", "step", "size", "verifies", "problem",
-    "resume", **summary}]}``. ``resume`` is the file a resume loads: the
-    newest that verifies (None without ``verify``)."""
+    "resume", **summary}], "history_logs": [{"file", "size"}]}``.
+    ``resume`` is the file a resume loads: the newest that verifies (None
+    without ``verify``)."""
     out = []
     for run, path in directory_layout.checkpoint_directories(directory):
         checkpoints = []
@@ -173,6 +179,7 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
         picked = next((c for c in reversed(checkpoints) if c["verifies"]), None)
         if picked is not None:
             picked["resume"] = True
+        logs = directory_layout.history_files(path)
         out.append(
             {
                 "directory": str(path),
@@ -180,6 +187,7 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
                 "fingerprint": fingerprint_of(path),
                 "resume": picked["file"] if picked else None,
                 "checkpoints": checkpoints,
+                "history_logs": [{"file": log.name, "size": log.stat().st_size} for log in logs],
             }
         )
     return out
