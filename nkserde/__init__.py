@@ -20,6 +20,7 @@ Public API::
     nkserde.errors
     nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
+    nkserde.compilation_cache(directory=None)     JAX's compiled code outlives the process
 
 Every name above is loaded on its first use (``import nkserde`` itself
 imports neither JAX nor NetKet, so ``nkserde inspect`` answers at once on a
@@ -38,6 +39,7 @@ __all__ = [
     "LoadReport",
     "PartialLoadWarning",
     "checkpointed",
+    "compilation_cache",
     "errors",
     "from_state_dict",
     "info",

@@ -73,3 +73,15 @@ def process_id() -> int:
     from jax._src import distributed
 
     return int(distributed.global_state.process_id or 0)
+
+
+def reset_compilation_cache() -> None:
+    """Makes JAX decide again, at its next compilation, whether and where
+    its persistent compilation cache is used (it decides once per process,
+    at the first compilation). Relies on
+    ``jax._src.compilation_cache.reset_cache`` (JAX 0.4.14 to 0.10; public
+    as ``jax.experimental.compilation_cache.compilation_cache.reset_cache``
+    in some releases)."""
+    from jax._src import compilation_cache
+
+    compilation_cache.reset_cache()

@@ -275,7 +275,11 @@ class Interrupt(nk.callbacks.AbstractCallback):
 
 
 def checkpointed_run(name, steps, how):
-    driver = nkserde.checkpointed(BUILD[name](), workdir / "ckpt", every=2, async_save=not how.startswith("kill"))
+    every = os.environ.get("MP_EVERY", "2")  # steps, or a duration / "auto" (process 0 schedules the saves)
+    every = int(every) if every.isdigit() else every
+    driver = nkserde.checkpointed(
+        BUILD[name](), workdir / "ckpt", every=every, keep=100, async_save=not how.startswith("kill")
+    )
     callbacks = [] if how == "run" else [Interrupt(how)]
     exit_status = 0
     try:

@@ -207,6 +207,18 @@ def test_checkpointed_run_killed_resumes_exactly(runs, cache, tmp_path):
     assert all(directory.problem(directory.step_path(run, s)) is None for s in steps)
 
 
+def test_checkpoints_by_time_are_taken_at_the_same_step_on_every_process(runs, cache, tmp_path):
+    """every="auto": the processes' clocks differ, so process 0 decides at each
+    checkpoint the step of the next one and the others take its decision (a
+    checkpoint all of them did not take together would fail or hang). The
+    first one, after step 1, measures what a checkpoint costs."""
+    launch(2, ["ckpt", tmp_path, "vmc", STEPS, "run"], jax_cache=cache, env={"MP_EVERY": "auto"})
+    assert_same_checkpointed_run(runs["vmc"], tmp_path)
+    steps = sorted(int(p.stem.split("-")[1]) for p in (tmp_path / "ckpt" / "run-0").glob("step-*.nks"))
+    assert steps[0] == 1 and steps[-1] == STEPS, steps
+    assert all(nkserde.verify(p) for p in (tmp_path / "ckpt" / "run-0").glob("step-*.nks"))
+
+
 def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path):
     """SIGTERM reaches process 1 only, after step 1 (background saves): it
     asks for a stop two steps on (coordination.StopFlag: the others read

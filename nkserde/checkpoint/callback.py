@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import signal
 import sys
 import time
@@ -52,9 +53,11 @@ from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
+from .. import jax_cache
 from . import histories, run_fingerprint, scheduler
 from .choice import choose_checkpoint
 from .retention import Retention
+from .schedule import DEFAULT_BUDGET, SaveSchedule, parse_every
 from .scheduler import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME, JobControl
 from .slurm import current_job
 from .signals import SignalCatcher
@@ -116,7 +119,15 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     Args:
       directory: where the checkpoints go (created if needed).
-      every: save every ``every`` completed steps (and always at the end).
+      every: when to checkpoint (and always at the end): every ``every``
+        completed steps (an int); every so much wall-clock time (``"90s"``,
+        ``"15min"``, ``"2h"``, a ``timedelta``); or ``"auto"``, as often as
+        keeps checkpointing within ``budget`` of the run (and, given
+        ``mtbf``, Young's interval for that failure rate).
+      budget: with ``every="auto"``, the fraction of the run's time that
+        checkpoints may cost (default 0.01).
+      mtbf: with ``every="auto"``, the mean time between failures of the
+        machine (a duration), if known.
       keep: how many of the newest checkpoints to keep.
       keep_every: also keep every checkpoint whose step is a multiple of it.
       resume: ``"auto"`` (resume if there is a checkpoint of the same run,
@@ -160,6 +171,15 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         goes on) or ``"raise"`` (the run stops with the NkserdeError). Either
         way the checkpoints already written stay: retention only runs after
         a checkpoint is written and verified.
+      compile_cache: ``"auto"`` (JAX's persistent compilation cache in the
+        user's cache directory, per JAX version and machine:
+        :mod:`nkserde.jax_cache`), a directory of one's own,
+        or None: compiled code outlives the process, so a resumed run does
+        not compile again. Set when the Checkpoint is made (a script that
+        wants its template's compilations cached too calls
+        ``nkserde.compilation_cache()`` before it builds anything). A cache
+        the user configured for JAX is left as it is;
+        ``NKSERDE_COMPILATION_CACHE=off`` turns the default off.
       init_from: a file or checkpoint directory of *another* run whose
         variational state this run starts from while ``directory`` has no
         checkpoint of its own (transfer learning: a sweep in a coupling
@@ -181,7 +201,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     """
 
     directory: Path = struct.field(pytree_node=False, serialize=False)
-    every: int = struct.field(pytree_node=False, serialize=False)
+    every: Any = struct.field(pytree_node=False, serialize=False)
     keep: int = struct.field(pytree_node=False, serialize=False)
     keep_every: int | None = struct.field(pytree_node=False, serialize=False)
     resume: str = struct.field(pytree_node=False, serialize=False)
@@ -193,6 +213,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     requeue: str = struct.field(pytree_node=False, serialize=False)
     requeue_on_error: int = struct.field(pytree_node=False, serialize=False)
     walltime: Any = struct.field(pytree_node=False, serialize=False)
+    compile_cache: Any = struct.field(pytree_node=False, serialize=False)
     init_from: Path | None = struct.field(pytree_node=False, serialize=False)
     at: str | None = struct.field(pytree_node=False, serialize=False)
     strict: bool = struct.field(pytree_node=False, serialize=False)
@@ -206,6 +227,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _signals: SignalCatcher = struct.field(pytree_node=False, serialize=False)
     _retire_failures: list = struct.field(pytree_node=False, serialize=False)
     _job: JobControl | None = struct.field(pytree_node=False, serialize=False)
+    _every: Any = struct.field(pytree_node=False, serialize=False)
     # the run being checkpointed
     _run: Any = struct.field(pytree_node=False, serialize=False)
 
@@ -213,7 +235,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self,
         directory,
         *,
-        every: int = 50,
+        every=50,
+        budget: float = DEFAULT_BUDGET,
+        mtbf=None,
         keep: int = 3,
         keep_every: int | None = None,
         resume: str = "auto",
@@ -225,6 +249,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         requeue: str = "auto",
         requeue_on_error: int = 0,
         walltime="auto",
+        compile_cache="auto",
         init_from=None,
         at: str | None = None,
         strict: bool = True,
@@ -234,8 +259,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
         if on_write_error not in WRITE_ERROR_MODES:
             raise ValueError(f"on_write_error must be one of {WRITE_ERROR_MODES}, got {on_write_error!r}")
-        if every < 1 or keep < 1:
-            raise ValueError("every and keep must be >= 1")
+        if keep < 1:
+            raise ValueError("keep must be >= 1")
+        self._every = parse_every(every, budget=budget, mtbf=mtbf)
         if requeue not in REQUEUE_MODES:
             raise ValueError(f"requeue must be one of {REQUEUE_MODES}, got {requeue!r}")
         if isinstance(requeue_on_error, bool) or not isinstance(requeue_on_error, int) or requeue_on_error < 0:
@@ -250,7 +276,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         problem = unusable(self.directory)  # a file in its place, a read-only file system: say so now
         if problem is not None:
             raise problem
-        self.every, self.keep, self.keep_every = int(every), int(keep), keep_every
+        self.every, self.keep, self.keep_every = every, int(keep), keep_every
         self.resume = resume
         self.loggers = tuple(loggers)
         self.async_save = bool(async_save)
@@ -258,6 +284,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.final_stops = tuple(final_stops)
         self.on_write_error = on_write_error
         self.requeue, self.requeue_on_error, self.walltime = requeue, requeue_on_error, walltime
+        self.compile_cache = compile_cache
+        if compile_cache == "auto":
+            if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
+                jax_cache.use()
+        elif compile_cache is not None and compile_cache is not False:
+            jax_cache.use(compile_cache)
         self.init_from = None if init_from is None else Path(init_from)
         self.at, self.strict, self.rename = at, bool(strict), rename
         self.resumed_from = None
@@ -318,6 +350,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         )
 
     def on_run_start(self, step, driver):
+        started = time.monotonic()
         end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
         self._files.create()  # CheckpointDirectoryError: it became unusable since Checkpoint(...)
         try:
@@ -329,6 +362,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._check_storable(driver, run)
             # nothing of this run to save until it completes a step
             run.completed = run.last_saved = driver.step_count
+            run.schedule = SaveSchedule(self._every)
+            run.schedule.started(time.monotonic())
+            if multi_process() and not self._every.in_steps:
+                # the first checkpoint after the first step measures one; then
+                # process 0 decides each next one (clocks differ between processes)
+                run.next_save = run.completed + 1
             # decided when the run starts, not when the callback is built
             # (a script may build it before jax.distributed.initialize())
             self._signals.defer_sigint = not multi_process()
@@ -344,6 +383,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             )
             if multi_process() and (self.signals or self.walltime is not None):
                 run.stop = stop_flag(_numbered(coordination_name("checkpoint:stop", self.directory)))
+            run.resume_times = [started, time.monotonic()] if self.resumed_from is not None else None
             self._run = run
         except BaseException:
             self._files.lock.release()
@@ -363,10 +403,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # The checkpoint taken at this step's start must be on disk before
         # the step ends: a background write that lags (a busy node starves
         # its low-priority thread) is finished here, at the run's priority.
-        lags = len(self._writer.lags)
+        lags, waited = len(self._writer.lags), time.monotonic()
         self.wait()
+        waited = time.monotonic() - waited
         if self._job is not None and len(self._writer.lags) > lags:
             self._job.saved(self._writer.lags[-1][1])
+            if self._run is not None and self._run.schedule is not None:
+                # what a background checkpoint cost the run: its snapshot and this wait
+                self._run.schedule.saved(self._run.snapshot_seconds + waited)
 
     def on_step_start(self, step, log_data, driver):
         run = self._run
@@ -384,6 +428,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         run.completed = driver.step_count
         now = time.monotonic()
         self._job.step_started(now)
+        run.schedule.step_started(now)
+        if run.resume_times is not None:
+            self._report_resume(run, now)
         if run.end_step is not None and driver.step_count >= run.end_step:
             # NetKet 3.22's loop, resumed, would run on past the end (see
             # run_loop.fix_target_step)
@@ -406,11 +453,46 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._save(driver, asynchronous=False)
             what = "the job's time limit is near" if stop == WALLTIME else f"received {self.interrupted}"
             raise nk.callbacks.StopRun(f"{what}: checkpointed step {run.completed} in {self.directory}")
-        if run.completed % self.every == 0 and run.last_saved != run.completed:
+        if run.last_saved != run.completed and self._save_due(run, now):
             self._save(driver, asynchronous=self.async_save)
+            run.schedule.taken(now)
+            if run.next_save is not None:
+                run.next_save = self._agree_on_next_save(run)
             if self._signals.interrupt_pending:  # Ctrl-C during that (synchronous) save: it is written
                 self._signals.interrupt_pending = False
                 raise KeyboardInterrupt
+
+    def _report_resume(self, run: _Run, now: float):
+        """Once a resumed run has done two steps: how long the resume took
+        and where the time went (load, the first step's compilation)."""
+        times = run.resume_times
+        times.append(now)  # [run start, resumed, then each step start]
+        if len(times) < 5:
+            return
+        run.resume_times = None
+        load, first, warm = times[1] - times[0], times[3] - times[2], times[4] - times[3]
+        cache = jax_cache.configured()
+        where = f"compiled code cached in {cache}" if cache else "no compilation cache"
+        say(
+            f"{self.directory}: resumed in {times[3] - times[0]:.1f} s: loading {load:.1f} s, first step "
+            f"{first:.1f} s ({where}), the step after it {warm:.1f} s"
+        )
+
+    def _save_due(self, run: _Run, now: float) -> bool:
+        if run.next_save is not None:  # several processes, a time interval: process 0's decision
+            return run.completed >= run.next_save
+        return run.schedule.due(run.completed, now)
+
+    def _agree_on_next_save(self, run: _Run) -> int:
+        """The step of the next checkpoint, decided by process 0 from its
+        measured times, on every process: one round per checkpoint, none
+        per step."""
+        return on_process_0(
+            coordination_name("checkpoint:next-save", self.directory),
+            lambda: run.schedule.next_step(run.completed),
+            f"{self.directory}: process 0 could not schedule the next checkpoint",
+            what=f"the checkpoint of step {run.completed} in {self.directory}",
+        )
 
     def on_run_end(self, step, driver):
         run = self._run
@@ -541,7 +623,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         chosen_here = []  # process 0 keeps the state it verified
 
         def decide():
-            choice = choose_checkpoint(self._files, self.resume, current, every=self.every)
+            choice = choose_checkpoint(self._files, self.resume, current, every=self._every)
             chosen_here.extend(choice or ())
             return str(choice[0]) if choice else None
 
@@ -650,8 +732,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 run.last_saved = completed  # (a KeyboardInterrupt leaves it unsaved: retried on the way out)
         finally:
             run.saving = False
-        if not asynchronous and self._job is not None:
-            self._job.saved(time.monotonic() - started)
+        seconds = time.monotonic() - started
+        if not asynchronous:
+            if self._job is not None:
+                self._job.saved(seconds)
+            if run.schedule is not None:
+                run.schedule.saved(seconds)
+        run.snapshot_seconds = seconds
 
     def _settle_write_error(self):
         """The error of the last write, if it failed: raised or warned about
@@ -746,6 +833,10 @@ class _Run:
         self.stop = None  # a StopFlag shared by the processes of a multi-process run
         self.stopped_by: int | None = None  # the signal (or WALLTIME) that stopped the run
         self.histories: histories.HistoryLog | None = None  # what the history log holds (process 0)
+        self.schedule: SaveSchedule | None = None  # when to checkpoint (every)
+        self.next_save: int | None = None  # several processes, every not in steps: process 0's decision
+        self.snapshot_seconds = 0.0  # the run's own time in its last checkpoint's start
+        self.resume_times: list | None = None  # a resumed run's times, until it is told (see _report_resume)
 
 
 _RUNS: dict[str, itertools.count] = {}

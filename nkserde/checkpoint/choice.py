@@ -15,7 +15,7 @@ from ..errors import CorruptFileError, NkserdeError, RunMismatchError
 from . import histories, run_fingerprint
 
 
-def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every: int) -> tuple[Path, dict] | None:
+def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every) -> tuple[Path, dict] | None:
     """Takes the directory's lock, applies the resume mode (``"never"``
     moves old checkpoints aside), compares the stored fingerprint with
     ``current`` (the run's), and returns (path, state dict) of the newest
@@ -38,7 +38,7 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every:
         if resume == "must":
             raise NkserdeError(f"{directory}: resume='must' but there is no checkpoint to resume")
         files.write_fingerprint(current)
-        say(f"{directory}: no checkpoint, starting fresh (a checkpoint every {every} steps)")
+        say(f"{directory}: no checkpoint, starting fresh (a checkpoint {every})")
         return None
     try:
         saved = files.read_fingerprint()

@@ -1,0 +1,201 @@
+"""What a resumed run pays before it is back at speed, cold and with JAX's
+persistent compilation cache (nkserde.compilation_cache), side by side.
+
+    python benchmarks/restart.py [--models rbm,gcnn,vit] [--repeat R]
+
+For each model a first process runs a few checkpointed steps (the job that
+was preempted); a second process resumes it, as the requeued job does,
+and reports where its time goes:
+
+* ``import``: ``import netket, nkserde`` (and JAX);
+* ``build``: building the driver (MCState init compiles the model and the
+  sampler);
+* ``fingerprint``: the run's fingerprint (nkserde.checkpoint.fingerprint);
+* ``load``: the Checkpoint's on_run_start (fingerprint, choice, load and
+  restore);
+* ``first step``: the first step after the resume (it compiles);
+* ``warm step``: the step after it.
+
+``cold``: no compilation cache anywhere. ``cache``: both processes call
+``nkserde.compilation_cache(DIR)`` at their top (the documented line), so
+the resumed one finds what the first compiled, the template's build
+included. The ``restart`` row is everything but the import and one warm
+step (build + load + first step - warm step): what the issue's goal divides
+by four. Medians over ``--repeat`` pairs of processes; the cold and cached
+processes alternate.
+
+Models: ``rbm``: RBM alpha 1 on the 8-site Ising chain, VMC, Adam, 512
+samples; ``gcnn``: GCNN (2 layers, 4 features, complex) on the 4x4
+Heisenberg model, VMC_SR, 256 samples (the issue's case); ``vit``: a
+shrunk version of NetKet's ViT tutorial (patches of 2x2 on the 4x4
+lattice, one encoder layer, embedding 8, two heads), VMC_SR, 256 samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_T0 = time.perf_counter()
+PHASES = ("import", "build", "fingerprint", "load", "first step", "warm step")
+
+
+def child(model: str, directory: Path, cache: str | None, steps: int) -> dict:
+    """One process: resumes (or starts) ``model`` in ``directory`` and runs
+    to ``steps``; returns the time of each phase."""
+    times = {}
+    if cache:
+        import nkserde
+
+        nkserde.compilation_cache(cache)
+    import netket as nk
+
+    import nkserde
+
+    times["import"] = time.perf_counter() - _T0
+    t = time.perf_counter()
+    driver = build(model)
+    times["build"] = time.perf_counter() - t
+    t = time.perf_counter()
+    nkserde.checkpoint.fingerprint(driver)
+    times["fingerprint"] = time.perf_counter() - t
+    marks = {}
+
+    class Before(nk.callbacks.AbstractCallback):
+        @property
+        def callback_order(self):
+            return -2000
+
+        def on_run_start(self, step, driver):
+            marks["start"] = time.perf_counter()
+
+        def on_step_start(self, step, log_data, driver):
+            marks.setdefault("steps", []).append(time.perf_counter())
+
+    class After(nk.callbacks.AbstractCallback):
+        @property
+        def callback_order(self):
+            return -999
+
+        def on_run_start(self, step, driver):
+            marks["ready"] = time.perf_counter()
+
+    ckpt = nkserde.Checkpoint(directory, every=1, compile_cache=cache)
+    driver.run(steps, out=None, show_progress=False, callback=[Before(), ckpt, After()])
+    times["load"] = marks["ready"] - marks["start"]
+    starts = marks.get("steps", [])
+    if len(starts) >= 3:
+        times["first step"] = starts[1] - starts[0]
+        times["warm step"] = starts[2] - starts[1]
+    times["resumed_from"] = ckpt.resumed_from
+    return times
+
+
+def build(model: str):
+    import netket as nk
+    import optax
+
+    if model == "rbm":
+        hilbert = nk.hilbert.Spin(0.5, N=8)
+        hamiltonian = nk.operator.Ising(hilbert, nk.graph.Chain(8), h=1.0)
+        sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=16)
+        vs = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=512, seed=1, sampler_seed=2)
+        return nk.driver.VMC(hamiltonian, optax.adam(0.01), variational_state=vs)
+    graph = nk.graph.Square(4)
+    hilbert = nk.hilbert.Spin(0.5, N=graph.n_nodes, total_sz=0)
+    hamiltonian = nk.operator.Heisenberg(hilbert, graph)
+    sampler = nk.sampler.MetropolisExchange(hilbert, graph=graph, n_chains=16)
+    if model == "gcnn":
+        net = nk.models.GCNN(symmetries=graph, layers=2, features=4, param_dtype=complex)
+    else:
+        net = _vit(graph)
+    vs = nk.vqs.MCState(sampler, net, n_samples=256, seed=1, sampler_seed=2)
+    return nk.driver.VMC_SR(hamiltonian, optax.sgd(0.01), variational_state=vs, diag_shift=0.01)
+
+
+def _vit(graph):
+    """NetKet's ViT tutorial, shrunk: 2x2 patches of the 4x4 lattice,
+    embedded, one encoder layer (attention with two heads and an MLP),
+    summed into a complex log-amplitude."""
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    class ViT(nn.Module):
+        d_model: int = 8
+        heads: int = 2
+        patch: int = 2
+        side: int = 4
+
+        @nn.compact
+        def __call__(self, x):
+            b = x.shape[0]
+            x = x.reshape(b, self.side // self.patch, self.patch, self.side // self.patch, self.patch)
+            x = x.transpose(0, 1, 3, 2, 4).reshape(b, -1, self.patch * self.patch)
+            x = nn.Dense(self.d_model, param_dtype=jnp.float64)(x)
+            y = nn.LayerNorm(param_dtype=jnp.float64)(x)
+            x = x + nn.MultiHeadDotProductAttention(num_heads=self.heads, param_dtype=jnp.float64)(y, y)
+            y = nn.LayerNorm(param_dtype=jnp.float64)(x)
+            x = x + nn.Dense(self.d_model, param_dtype=jnp.float64)(nn.gelu(nn.Dense(2 * self.d_model)(y)))
+            x = x.sum(axis=1)
+            re = nn.Dense(1, param_dtype=jnp.float64)(x)[:, 0]
+            im = nn.Dense(1, param_dtype=jnp.float64)(x)[:, 0]
+            return re + 1j * im
+
+    return ViT()
+
+
+def spawn(model: str, directory: Path, cache: str | None, steps: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    env["NKSERDE_COMPILATION_CACHE"] = "off"  # the cold runs: no cache at all
+    command = [sys.executable, __file__, "--child", model, str(directory), cache or "", str(steps)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{model}: the child failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="rbm,gcnn,vit")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        model, directory, cache, steps = args.child
+        print(json.dumps(child(model, Path(directory), cache or None, int(steps))))
+        return
+    with tempfile.TemporaryDirectory(prefix="nkserde-restart-") as root:
+        root = Path(root)
+        print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
+        for model in args.models.split(","):
+            rows = {"cold": [], "cache": []}
+            for r in range(args.repeat):
+                for mode in ("cold", "cache"):
+                    directory = root / f"{model}-{mode}-{r}"
+                    cache = str(root / f"jax-cache-{model}-{r}") if mode == "cache" else None
+                    spawn(model, directory, cache, 2)  # the job that was preempted after 2 steps
+                    got = spawn(model, directory, cache, 5)  # the requeued job resumes it
+                    assert got["resumed_from"] == 2, got
+                    rows[mode].append(got)
+            print(f"\n{model}:")
+            print(f"  {'phase':<12} {'cold s':>8} {'cache s':>8} {'cache/cold':>10}")
+            medians = {}
+            for mode in rows:
+                medians[mode] = {p: statistics.median(row[p] for row in rows[mode]) for p in PHASES}
+                m = medians[mode]
+                m["restart"] = m["build"] + m["load"] + m["first step"] - m["warm step"]
+            for phase in (*PHASES, "restart"):
+                cold, warm = medians["cold"][phase], medians["cache"][phase]
+                print(f"  {phase:<12} {cold:8.2f} {warm:8.2f} {warm / cold if cold else float('nan'):10.2f}")
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

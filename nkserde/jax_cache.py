@@ -1,0 +1,138 @@
+"""JAX's persistent compilation cache for checkpointed runs: a resumed run
+finds the code its first job compiled instead of compiling it again.
+Knows JAX's configuration and files (no NetKet).
+
+    jax_cache.use()                       # the user's cache (below), bounded
+    jax_cache.use("/scratch/me/jax")      # or a directory of one's own (nkserde.compilation_cache)
+
+Where: ``NKSERDE_COMPILATION_CACHE`` if set, else ``$XDG_CACHE_HOME/nkserde/
+jax`` (``~/.cache/nkserde/jax``), in a subdirectory per JAX version and
+machine (executables are native code for one kind of CPU: nodes of two
+kinds in one cluster, with one home directory, each get their own). Never
+inside a checkpoint directory: a checkpoint directory is data that users
+hand each other, while JAX runs what its cache holds as code (JAX's own
+warning: "Do not share a compilation cache with users you do not trust");
+docs/explanations/threat-model.md.
+
+Every compilation is cached (JAX's default skips those under one second),
+JAX writes from process 0 only (its own rule in multi-process runs), and
+the cache is kept under ``max_bytes`` by deleting its least recently used
+entries when a run starts (process 0; JAX's own bound needs the
+``filelock`` package, which NetKet does not install). A cache the user
+configured for JAX (``JAX_COMPILATION_CACHE_DIR`` or
+``jax.config.update("jax_compilation_cache_dir", ...)``) is left as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+from pathlib import Path
+
+import jax
+
+from . import jax_internals
+
+DEFAULT_MAX_BYTES = 4 * 2**30
+ENVIRONMENT = "NKSERDE_COMPILATION_CACHE"
+_CACHE_SUFFIX = "-cache"  # what JAX names its entries (lru_cache._CACHE_SUFFIX, JAX 0.4.26 to 0.10)
+_ours: Path | None = None  # the directory this process pointed JAX at
+
+
+def default_directory() -> Path:
+    """The per-user cache, per JAX version and machine kind."""
+    given = os.environ.get(ENVIRONMENT, "")
+    root = (given if given.lower() not in ("", "off") else None) or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "nkserde", "jax"
+    )
+    return Path(root) / f"jax-{jax.__version__}-{platform.machine()}-{_cpu_kind()}"
+
+
+def _cpu_kind() -> str:
+    """A short digest of the CPU's model and flags (Linux), else of what
+    Python says of the processor."""
+    text = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [line for line in f.read(1 << 20).splitlines() if line.startswith(("model name", "flags"))]
+        text = "\n".join(sorted(set(lines))) or text
+    except OSError:
+        pass
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def configured() -> str | None:
+    """The cache directory JAX is configured with, None if none."""
+    return jax.config.jax_compilation_cache_dir or None
+
+
+def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
+    """Points JAX's persistent compilation cache at ``directory`` (default:
+    :func:`default_directory`) unless the user configured one, caching every
+    compilation; takes effect for the compilations from now on, also in a
+    process that compiled before. Returns the directory in use (the
+    user's own, if configured)."""
+    global _ours
+    current = configured()
+    if current is not None and (_ours is None or Path(current) != _ours):
+        return Path(current)  # the user's (or JAX's environment's): theirs to manage
+    path = Path(directory) if directory is not None else default_directory()
+    path.mkdir(parents=True, exist_ok=True)
+    if _ours == path:
+        return path
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # JAX decides at its first compilation whether a cache is used; a
+    # script that built its driver before the Checkpoint existed has
+    # compiled already
+    jax_internals.reset_compilation_cache()
+    _ours = path
+    prune(path, max_bytes)
+    return path
+
+
+def ours() -> Path | None:
+    """The cache directory :func:`use` set, None if it set none."""
+    return _ours
+
+
+def prune(directory: Path, max_bytes: int) -> int:
+    """Deletes the least recently used entries beyond ``max_bytes``; returns
+    how many. (Entries another process reads stay readable to it: POSIX
+    keeps a deleted file open.)"""
+    entries = []
+    for entry in Path(directory).iterdir():
+        if not entry.name.endswith(_CACHE_SUFFIX):
+            continue
+        try:
+            info = entry.stat()
+        except OSError:
+            continue
+        entries.append((max(info.st_atime, info.st_mtime), info.st_size, entry))
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, entry in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            entry.unlink()
+        except OSError:
+            continue
+        total -= size
+        removed += 1
+    return removed
+
+
+def summary(directory: Path) -> tuple[int, int]:
+    """(entries, bytes) of the cache."""
+    count = size = 0
+    for entry in Path(directory).iterdir():
+        if entry.name.endswith(_CACHE_SUFFIX):
+            try:
+                size += entry.stat().st_size
+                count += 1
+            except OSError:
+                pass
+    return count, size

@@ -1,0 +1,101 @@
+"""Compiled code outlives the process (nkserde.jax_cache): a Checkpoint, or
+``nkserde.compilation_cache()`` at the top of a script, points JAX's
+persistent compilation cache at the user's cache directory, so a resumed
+run takes its compiled code from there (JAX counts the hits). In
+subprocesses: the cache is a setting of the whole process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import builders as B
+import nkserde
+from nkserde import jax_cache
+
+# counts JAX's persistent-cache hits, then runs a small checkpointed VMC
+RUN = """
+import jax, sys
+hits = []
+jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
+import builders, nkserde
+options = {} if sys.argv[2] == "auto" else {"compile_cache": None}
+ckpt = nkserde.Checkpoint(sys.argv[1], every=1, **options)
+builders.vmc().run(int(sys.argv[3]), out=None, show_progress=False, callback=ckpt)
+print("cache", jax.config.jax_compilation_cache_dir, "hits", len(hits))
+"""
+
+
+def run(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, int]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    environ.update({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": _pythonpath(), **env})
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, str(ckpt), mode, str(steps)], capture_output=True, text=True, env=environ
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    return words[words.index("cache") + 1], int(words[words.index("hits") + 1])
+
+
+def _pythonpath() -> str:
+    tests = Path(__file__).parent
+    return os.pathsep.join([str(tests.parent), str(tests), os.environ.get("PYTHONPATH", "")])
+
+
+def test_a_resumed_run_takes_its_compiled_code_from_the_users_cache(tmp_path):
+    first_cache, first_hits = run(tmp_path, tmp_path / "ckpt", "auto", 2)
+    assert first_cache.startswith(str(tmp_path / "xdg" / "nkserde" / "jax" / "jax-"))
+    assert not Path(first_cache).is_relative_to(tmp_path / "ckpt")  # never in the checkpoint directory
+    entries, size = jax_cache.summary(Path(first_cache))
+    assert entries > 0 and size > 0
+    cache, hits = run(tmp_path, tmp_path / "ckpt", "auto", 4)  # resumes from step 2
+    assert cache == first_cache and hits > 0
+
+
+def test_without_the_cache_nothing_is_cached(tmp_path):
+    cache, hits = run(tmp_path, tmp_path / "ckpt", "off", 2)
+    assert cache == "None" and hits == 0
+    assert not (tmp_path / "xdg").exists()
+    cache, hits = run(tmp_path, tmp_path / "ckpt2", "auto", 2, NKSERDE_COMPILATION_CACHE="off")
+    assert cache == "None"
+
+
+def test_a_cache_the_user_configured_is_left_as_it_is(tmp_path):
+    mine = tmp_path / "mine"
+    cache, _ = run(tmp_path, tmp_path / "ckpt", "auto", 2, JAX_COMPILATION_CACHE_DIR=str(mine))
+    assert cache == str(mine)
+
+
+def test_the_cache_is_per_jax_release_and_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("NKSERDE_COMPILATION_CACHE", str(tmp_path / "c"))
+    path = jax_cache.default_directory()
+    assert path.parent == tmp_path / "c" and path.name.startswith("jax-")
+    monkeypatch.setenv("NKSERDE_COMPILATION_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert jax_cache.default_directory().parent == tmp_path / "xdg" / "nkserde" / "jax"
+
+
+def test_prune_keeps_the_most_recently_used_entries_within_the_bound(tmp_path):
+    for i in range(5):
+        entry = tmp_path / f"jit_f{i}-abc-cache"
+        entry.write_bytes(b"x" * 1000)
+        os.utime(entry, (1000 + i, 1000 + i))
+    (tmp_path / "jit_f0-abc-atime").write_bytes(b"t")  # not an entry: left alone
+    assert jax_cache.prune(tmp_path, 2500) == 3
+    assert sorted(p.name for p in tmp_path.glob("*-cache")) == ["jit_f3-abc-cache", "jit_f4-abc-cache"]
+    assert (tmp_path / "jit_f0-abc-atime").exists()
+
+
+def test_a_resumed_run_says_how_long_it_took_and_where_the_time_went(tmp_path, caplog):
+    B.vmc().run(2, out=None, show_progress=False, callback=nkserde.Checkpoint(tmp_path, every=1, compile_cache=None))
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        B.vmc().run(
+            5, out=None, show_progress=False, callback=nkserde.Checkpoint(tmp_path, every=1, compile_cache=None)
+        )
+    said = textwrap.dedent(caplog.text)
+    assert "resumed in " in said and ": loading " in said and ", first step " in said, said
+    assert "the step after it" in said

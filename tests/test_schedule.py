@@ -1,0 +1,96 @@
+"""When a run checkpoints (nkserde.checkpoint.schedule): every N steps, every
+so much wall-clock time, or within a budget of the run; on a fake clock
+here, and in NetKet runs where the outcome does not depend on the machine's
+speed. Several processes agreeing on the steps: tests/test_distributed.py."""
+
+from __future__ import annotations
+
+import datetime
+import math
+
+import pytest
+
+import builders as B
+import nkserde
+from nkserde.checkpoint.schedule import SaveSchedule, parse_duration, parse_every
+
+
+@pytest.mark.parametrize(
+    "text, seconds", [("90s", 90), ("15min", 900), ("2h", 7200), ("1.5 min", 90), (datetime.timedelta(hours=1), 3600)]
+)
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["15", "soon", "-3min", "0s", "10 parsecs"])
+def test_a_duration_that_is_not_one_says_how_to_write_it(bad):
+    with pytest.raises(ValueError, match=r"'90s', '15min' or '2h'|must be positive"):
+        parse_duration(bad)
+
+
+def test_every_is_steps_a_duration_or_auto():
+    assert parse_every(50).steps == 50
+    assert parse_every("15min").seconds == 900
+    auto = parse_every("auto", budget=0.02, mtbf="1h")
+    assert (auto.budget, auto.mtbf) == (0.02, 3600)
+    for bad, words in ((0, "must be >= 1"), (True, "a duration"), ("often", "a duration or 'auto'")):
+        with pytest.raises(ValueError, match=words):
+            parse_every(bad)
+    with pytest.raises(ValueError, match="budget must be a fraction"):
+        parse_every("auto", budget=2)
+
+
+def test_steps_as_always():
+    schedule = SaveSchedule(parse_every(3))
+    assert [c for c in range(10) if schedule.due(c, 0.0)] == [0, 3, 6, 9]
+    assert schedule.next_step(6) == 9
+
+
+def test_a_duration_counts_from_the_previous_checkpoint():
+    schedule = SaveSchedule(parse_every("10s"))
+    schedule.started(100.0)
+    assert not schedule.due(1, 109.9) and schedule.due(1, 110.0)
+    schedule.taken(110.0)
+    assert not schedule.due(2, 119.0) and schedule.due(3, 120.5)
+    for t in (0.0, 2.0, 4.0, 6.0):  # steps of 2 s
+        schedule.step_started(t)
+    assert schedule.next_step(3) == 3 + 5  # 10 s of 2-s steps
+
+
+def test_auto_keeps_checkpointing_within_the_budget():
+    schedule = SaveSchedule(parse_every("auto", budget=0.01))
+    schedule.started(0.0)
+    assert schedule.due(1, 0.1)  # nothing measured: the first step's checkpoint measures one
+    schedule.saved(0.5)
+    schedule.taken(1.0)
+    assert schedule.interval() == pytest.approx(50.0)  # 0.5 s is 1% of 50 s
+    assert not schedule.due(2, 50.9) and schedule.due(2, 51.0)
+
+
+def test_auto_with_a_failure_rate_is_at_least_youngs_interval():
+    schedule = SaveSchedule(parse_every("auto", budget=0.5, mtbf="10h"))
+    schedule.saved(2.0)
+    assert schedule.interval() == pytest.approx(math.sqrt(2 * 2.0 * 36000))  # > 2 / 0.5
+
+
+def test_a_checkpoint_every_hour_in_a_short_run_is_the_last_one_only(tmp_path):
+    ckpt = nkserde.Checkpoint(tmp_path, every="1h", keep=100)
+    B.vmc().run(6, out=None, show_progress=False, callback=ckpt)
+    assert ckpt.steps() == [6]
+
+
+def test_auto_checkpoints_the_first_step_to_measure_one(tmp_path, caplog):
+    import logging
+
+    ckpt = nkserde.Checkpoint(tmp_path, every="auto", keep=100)
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        B.vmc().run(4, out=None, show_progress=False, callback=ckpt)
+    assert ckpt.steps()[0] == 1 and ckpt.steps()[-1] == 4
+    assert "a checkpoint as often as keeps checkpointing within 1% of the run" in caplog.text
+
+
+def test_the_options_are_checked_when_the_checkpoint_is_made(tmp_path):
+    with pytest.raises(ValueError, match="a duration or 'auto'"):
+        nkserde.Checkpoint(tmp_path, every="sometimes")
+    with pytest.raises(ValueError, match="budget must be a fraction"):
+        nkserde.checkpointed(B.vmc(), tmp_path, every="auto", budget=0)
