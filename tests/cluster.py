@@ -33,6 +33,10 @@ from builders import json_differences
 from nkserde.distributed import free_local_port
 
 RUN = Path(__file__).parent / "scripts" / "cluster_run.py"  # the jobs' run.py
+# seconds a requeued job waits in BeginTime before the tests release it
+# (SLURM's own hold is two minutes)
+RELEASE_AFTER = 3.0
+SLURMCTLD_LOG = Path("/var/log/slurm/slurmctld.log")  # .ci/start-slurm's SlurmctldLogFile
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 REQUIRED = os.environ.get("NKSERDE_REQUIRE_CLUSTER") == "1"
 
@@ -107,6 +111,7 @@ class Job:
     error: str | None = None
     states: list[str] = field(default_factory=list)  # the states it passed through, in order
     released: int = 0  # BeginTime waits the administrator skipped
+    held_since: float | None = None  # when its current BeginTime wait was first seen (monotonic)
     final: dict | None = None  # scontrol's record once the job ended (slurmctld forgets it after MinJobAge)
 
     @property
@@ -116,6 +121,23 @@ class Job:
 
     def info(self) -> dict[str, str]:
         return self.final if self.final is not None else scontrol_show(self.job_id)
+
+    def diagnosis(self) -> str:
+        """What SLURM says of the job, for a failing test: its record's
+        state, reason, exit code and restarts, slurmctld's log lines of it,
+        then the end of its output."""
+        info = self.info()
+        record = " ".join(f"{k}={info.get(k, '?')}" for k in ("JobState", "Reason", "ExitCode", "Restarts"))
+        try:
+            logged = [line for line in SLURMCTLD_LOG.read_text(errors="replace").splitlines()
+                      if re.search(rf"JobId={self.job_id}\b", line)]  # fmt: skip
+        except OSError as exc:
+            logged = [f"({SLURMCTLD_LOG}: {exc})"]
+        return (
+            f"{self.name} (job {self.job_id}): states {self.states}; {record}\n"
+            + "\n".join(logged[-20:])
+            + (f"\n--- output (end):\n{self.output[-3000:]}")
+        )
 
 
 class Jobs:
@@ -181,10 +203,19 @@ class Jobs:
                 if not job.states or job.states[-1] != state:
                     job.states.append(state)
                 if state == "PENDING" and reason == "BeginTime":
-                    subprocess.run(
-                        ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"], capture_output=True, timeout=60
-                    )
-                    job.released += 1
+                    # Not at once: slurmd refuses a launch whose credential is
+                    # from the second its previous instance's was revoked in
+                    # ("Killing non-startable batch JobId=N: Job credential
+                    # revoked", the job FAILED): what SLURM's own hold avoids.
+                    now = time.monotonic()
+                    job.held_since = job.held_since or now
+                    if now - job.held_since >= RELEASE_AFTER:
+                        subprocess.run(
+                            ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"],
+                            capture_output=True, timeout=60,
+                        )  # fmt: skip
+                        job.released += 1
+                        job.held_since = None
             self._stop.wait(1.0)
 
     def wait(self, name: str, timeout: float = 900) -> Job:
