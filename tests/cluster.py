@@ -146,22 +146,38 @@ class Jobs:
     ``plan``: name -> (job script, sbatch options, environment), each job
     in a directory of its own below ``root``; ``prepare(name, workdir,
     script)`` runs before each submission (copies the run script, ...) and
-    returns the script to submit."""
+    returns the script to submit.
+
+    Under pytest-xdist every worker collects the module and calls
+    :meth:`submit` with the same ``root``: the first to create
+    ``root/submitted`` submits and writes ``root/jobs.json``; the others
+    read it. Whoever waits for a job polls SLURM itself (and skips its
+    BeginTime holds), so nothing depends on which worker submitted: the
+    submitter's thread only keeps the holds short while the others run
+    other tests."""
 
     def __init__(self, plan: dict, prepare):
         self.plan = plan
         self.prepare = prepare
         self.jobs: dict[str, Job] = {}
         self.problem: str | None = None
+        self.root: Path | None = None
         self._admin: threading.Thread | None = None
         self._stop = threading.Event()
 
     def submit(self, root: Path) -> None:
-        if self.jobs or self.problem:
+        if self.jobs or self.problem or self.root is not None:
             return
+        self.root = root
         self.problem = slurm_problem()
         if self.problem:
             return
+        root.mkdir(parents=True, exist_ok=True)
+        try:
+            os.close(os.open(root / "submitted", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return  # another worker submits; wait() reads root/jobs.json
+        records = {}
         for name, (script, options, env) in self.plan.items():
             workdir = root / name
             workdir.mkdir(parents=True)
@@ -177,51 +193,77 @@ class Jobs:
             else:
                 job.job_id = done.stdout.strip().split(";")[0]
             self.jobs[name] = job
+            records[name] = {"job_id": job.job_id, "error": job.error}
+        tmp = root / "jobs.json.tmp"
+        tmp.write_text(json.dumps(records))
+        tmp.replace(root / "jobs.json")
         self._admin = threading.Thread(target=self._administer, name="slurm-admin", daemon=True)
         self._admin.start()
 
+    def _known(self, timeout: float = 300) -> None:
+        """This process's view of the jobs another worker submitted."""
+        if self.jobs or self.root is None:
+            return
+        deadline = time.monotonic() + timeout
+        while not (self.root / "jobs.json").exists():
+            if time.monotonic() > deadline:
+                pytest.fail(f"{self.root}: no jobs.json {timeout:.0f} s after collection (the submitting worker?)")
+            time.sleep(1.0)
+        for name, record in json.loads((self.root / "jobs.json").read_text()).items():
+            self.jobs[name] = Job(name, self.root / name, job_id=record["job_id"], error=record["error"])
+
     def _administer(self):
         """Skips BeginTime waits and notes states until every job is final."""
-        while not self._stop.is_set():
-            pending = [j for j in self.jobs.values() if j.job_id and (not j.states or j.states[-1] not in FINAL_STATES)]
-            if not pending:
-                return
-            out = subprocess.run(
-                ["squeue", "-h", "-o", "%i %T %r", "-j", ",".join(j.job_id for j in pending)],
-                capture_output=True, text=True, timeout=60,
-            ).stdout  # fmt: skip
-            seen = {}
-            for line in out.splitlines():
-                job_id, state, reason = (line.split() + ["", "", ""])[:3]
-                seen[job_id] = (state, reason)
-            for job in pending:
-                state, reason = seen.get(job.job_id, (None, None))
-                if state is None:  # left the queue: its final state from scontrol
-                    state = scontrol_show(job.job_id).get("JobState", "UNKNOWN")
-                if state in FINAL_STATES and job.final is None:
-                    job.final = scontrol_show(job.job_id)
-                if not job.states or job.states[-1] != state:
-                    job.states.append(state)
-                if state == "PENDING" and reason == "BeginTime":
-                    # Not at once: slurmd refuses a launch whose credential is
-                    # from the second its previous instance's was revoked in
-                    # ("Killing non-startable batch JobId=N: Job credential
-                    # revoked", the job FAILED): what SLURM's own hold avoids.
-                    now = time.monotonic()
-                    job.held_since = job.held_since or now
-                    if now - job.held_since >= RELEASE_AFTER:
-                        subprocess.run(
-                            ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"],
-                            capture_output=True, timeout=60,
-                        )  # fmt: skip
-                        job.released += 1
-                        job.held_since = None
+        while not self._stop.is_set() and self._poll():
             self._stop.wait(1.0)
+
+    def _poll(self, only: list[Job] | None = None) -> bool:
+        """One look at the jobs not final yet (``only``: these): notes their
+        states, keeps scontrol's record of each that ended, skips BeginTime
+        holds. Returns whether any is still not final."""
+        jobs = only if only is not None else list(self.jobs.values())
+        pending = [j for j in jobs if j.job_id and (not j.states or j.states[-1] not in FINAL_STATES)]
+        if not pending:
+            return False
+        out = subprocess.run(
+            ["squeue", "-h", "-o", "%i %T %r", "-j", ",".join(j.job_id for j in pending)],
+            capture_output=True, text=True, timeout=60,
+        ).stdout  # fmt: skip
+        seen = {}
+        for line in out.splitlines():
+            job_id, state, reason = (line.split() + ["", "", ""])[:3]
+            seen[job_id] = (state, reason)
+        for job in pending:
+            state, reason = seen.get(job.job_id, (None, None))
+            if state is None:  # left the queue: its final state from scontrol
+                state = scontrol_show(job.job_id).get("JobState", "UNKNOWN")
+            if state in FINAL_STATES and job.final is None:
+                job.final = scontrol_show(job.job_id)
+            if not job.states or job.states[-1] != state:
+                job.states.append(state)
+            if state == "PENDING" and reason == "BeginTime":
+                # Not at once: slurmd refuses a launch whose credential is
+                # from the second its previous instance's was revoked in
+                # ("Killing non-startable batch JobId=N: Job credential
+                # revoked", the job FAILED): what SLURM's own hold avoids.
+                now = time.monotonic()
+                job.held_since = job.held_since or now
+                if now - job.held_since >= RELEASE_AFTER:
+                    subprocess.run(
+                        ["scontrol", "update", f"JobId={job.job_id}", "StartTime=now"],
+                        capture_output=True, timeout=60,
+                    )  # fmt: skip
+                    job.released += 1
+                    job.held_since = None
+            else:
+                job.held_since = None
+        return True
 
     def wait(self, name: str, timeout: float = 900) -> Job:
         """The job once it reached a final state (COMPLETED, FAILED, ...)."""
         if self.problem:
             unavailable(self.problem)
+        self._known()
         job = self.jobs[name]
         if job.error:
             pytest.fail(f"{name}: {job.error}")
@@ -229,8 +271,8 @@ class Jobs:
         while time.monotonic() < deadline:
             if job.states and job.states[-1] in FINAL_STATES:
                 return job
-            if self._admin is not None and not self._admin.is_alive():
-                break
+            if self._admin is None or not self._admin.is_alive():
+                self._poll([job])  # submitted by another worker, or the thread is done
             time.sleep(1.0)
         subprocess.run(["scancel", job.job_id], capture_output=True)
         pytest.fail(
@@ -238,7 +280,10 @@ class Jobs:
         )
 
     def cancel_all(self):
+        """Cancels the jobs this process submitted that did not end."""
         self._stop.set()
+        if self._admin is None:
+            return
         ids = [j.job_id for j in self.jobs.values() if j.job_id and (not j.states or j.states[-1] not in FINAL_STATES)]
         if ids:
             subprocess.run(["scancel", *ids], capture_output=True)

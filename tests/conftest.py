@@ -1,15 +1,30 @@
 """Suite-wide hooks: the tests that wait for SLURM jobs (marked ``slurm``)
 submit their jobs when the suite is collected and run last, so the jobs,
 which mostly wait for their time limits, run beside the CPU-bound tests
-(tests/cluster.py)."""
+(tests/cluster.py).
+
+Under pytest-xdist (the README's ``-n 2``) every worker collects the
+suite: the jobs' directory is named by a key the main process sets
+before it starts the workers, so they all find the one submission."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
-_roots: list[Path] = []
+SESSION = "NKSERDE_TEST_SESSION"
+
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the main process: before any worker starts
+        os.environ[SESSION] = uuid.uuid4().hex[:12]
+
+
+def _roots() -> list[Path]:
+    return sorted(Path(tempfile.gettempdir()).glob(f"nkserde-*-{os.environ[SESSION]}"))
 
 
 def pytest_collection_modifyitems(config, items):
@@ -23,13 +38,15 @@ def pytest_collection_finish(session):
     for module in modules.values():
         jobs = getattr(module, "JOBS", None)
         if jobs is not None:
-            root = Path(tempfile.mkdtemp(prefix=f"nkserde-{module.__name__}-"))
-            _roots.append(root)
-            jobs.submit(root)
-            session.config.add_cleanup(jobs.cancel_all)
+            jobs.submit(Path(tempfile.gettempdir()) / f"nkserde-{module.__name__}-{os.environ[SESSION]}")
+            if not hasattr(session.config, "workerinput"):
+                # one process: nothing else waits for them. Under xdist the
+                # jobs end by their own time limits (another worker may
+                # still be waiting for them when this one ends).
+                session.config.add_cleanup(jobs.cancel_all)
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if exitstatus == 0:
-        for root in _roots:
+    if exitstatus == 0 and not hasattr(session.config, "workerinput"):
+        for root in _roots():
             shutil.rmtree(root, ignore_errors=True)
