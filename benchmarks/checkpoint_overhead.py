@@ -105,6 +105,15 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the coordinator of local JAX processes)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _mp_worker_argv():
     """(rank, processes, port) if this process is one of a --processes group
     (``--mp-worker RANK,P,PORT``), else None."""
@@ -535,14 +544,12 @@ def mp_main(args, parent: Path, env: dict) -> int:
     prints the table of every process's results."""
     import subprocess
 
-    import nkserde.distributed
-
     n = args.processes
     env["processes"] = n
     env["competing_processes"] = args.load
     print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
     workdir = Path(tempfile.mkdtemp(prefix="mp-", dir=parent))
-    port = nkserde.distributed.free_local_port()
+    port = free_local_port()
     options = ["--load", str(args.load), "--mp-dir", str(workdir)]
     options += ["--steps", str(args.steps)] if args.steps else []
     options += ["--repeat", str(args.repeat)] if args.repeat else []

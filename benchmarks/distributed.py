@@ -95,6 +95,15 @@ METHODS = ("nkserde", "naive")
 # --------------------------------------------------------------------------- the state
 
 
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 now (the coordinator of local JAX processes)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def layout(params_mb: float, chains_mb: float, n_sites: int) -> dict:
     n_params = int(params_mb * MB) // 8
     n_chains = max(4, round(chains_mb * MB / n_sites / 4) * 4)
@@ -367,7 +376,6 @@ def measure_loads(state: dict, path: Path, sync) -> dict:
 def launch(n: int, args, workdir: Path) -> list[dict]:
     """Runs ``n`` workers; returns their reports (rank order). Their output
     goes to files, printed only if the group fails or times out."""
-    from nkserde.distributed import free_local_port
 
     port = free_local_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}

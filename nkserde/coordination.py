@@ -169,14 +169,16 @@ class Group:
             counters = self._rounds.setdefault(self.store, {})
             return next(counters.setdefault(self.name, itertools.count()))
 
-    def round(self, message: bytes, decide: Callable[[list[bytes]], bytes] | None, *, what: str, timeout=None):
+    def round(self, message: bytes, decide: Callable[[list[bytes]], bytes] | None, *, what: str, writing: int = 0):
         """Sends ``message`` to process 0; there ``decide(messages)`` (rank
         order) gives the answer every process returns. If ``decide`` raises
         on process 0 it re-raises there and the others raise
         DistributedSaveError with its message. ``what``: the step, for
-        errors ("writing blocks"). ``timeout``: seconds to wait for the
-        others (default: the group's)."""
-        timeout = self.timeout if timeout is None else timeout
+        errors ("writing blocks"). ``writing``: bytes the processes write
+        before they all arrive: the wait for the others (the group's
+        timeout) allows for them at the slowest rate we allow
+        (:func:`write_timeout`)."""
+        timeout = write_timeout(self.timeout, writing) if writing else self.timeout
         try:
             return self._round(message, decide, what, timeout)
         except (NkserdeError, _DecideFailed) as exc:

@@ -18,7 +18,6 @@ import contextlib
 import hashlib
 import json
 import os
-import socket
 
 import jax
 
@@ -27,27 +26,15 @@ from .coordination import DEFAULT_TIMEOUT, CountingStore, Group, KeyExists, Stop
 from .errors import DistributedSaveError, NkserdeError
 
 
-def process_count() -> int:
-    return jax.process_count()
-
-
 def multi_process() -> bool:
     return jax.process_count() > 1
-
-
-def free_local_port() -> int:
-    """A TCP port free on 127.0.0.1 now: the coordinator address of JAX
-    processes launched on one machine (tests, benchmarks)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def peer_timeout() -> float:
     """Seconds a process waits for the others at a point where all of them
     meet before it raises PeerLostError naming the missing ones: the
     environment's ``NKSERDE_PEER_TIMEOUT``, else 60. (A wait that includes
-    another process's writing also allows 1 s per 20 MB written.)"""
+    another process's writing allows for it: coordination.write_timeout.)"""
     value = os.environ.get("NKSERDE_PEER_TIMEOUT")
     if not value:
         return DEFAULT_TIMEOUT

@@ -16,6 +16,13 @@ from .format import foreign, limits
 from .format.tree_codec import TYPE, VERSION, outline as tree_codec_outline
 
 
+def migrated_path(src) -> Path:
+    """Where ``nkserde.migrate`` and ``nkserde migrate`` write a migrated
+    copy of ``src`` by default: ``<stem>.migrated<suffix>`` beside it."""
+    src = Path(src)
+    return src.with_name(f"{src.stem}.migrated{src.suffix}")
+
+
 def info(path) -> dict:
     """The file's metadata without reading the arrays: format_version,
     nkserde/netket/jax/flax/numpy/python versions, created, process_count,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, checkpoint_file, registry, tree
+from . import api, checkpoint_file, file_info, registry, tree
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
 from .placement import ProcessValues
@@ -39,7 +39,7 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
     """
     src = Path(src)
     if dst is None:
-        dst = src if overwrite else src.with_name(f"{src.stem}.migrated{src.suffix}")
+        dst = src if overwrite else file_info.migrated_path(src)
     dst = Path(dst)
     if dst.resolve() == src.resolve() and not overwrite:
         raise NkserdeError(f"{src}: migrate would overwrite the original; pass overwrite=True")

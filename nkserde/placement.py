@@ -28,6 +28,20 @@ from typing import Any, Callable
 import numpy as np
 
 
+def full_index(index, shape) -> tuple[slice, ...]:
+    """``index`` (a tuple of slices, as a JAX shard's ``index``; None: all)
+    as one ``slice(start, stop)`` per axis of ``shape``, clamped to it;
+    ValueError for a stride (blocks are contiguous boxes)."""
+    index = () if index is None else tuple(index)
+    out = []
+    for k, n in enumerate(shape):
+        start, stop, step = (index[k] if k < len(index) else slice(None)).indices(n)
+        if step != 1:
+            raise ValueError(f"strided index {index!r}")
+        out.append(slice(start, max(start, stop)))
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class GlobalArray:
     """An array of ``shape`` and ``dtype`` whose blocks are spread over

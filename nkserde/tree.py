@@ -24,8 +24,9 @@ from . import jax_internals, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
+from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION  # noqa: F401  (tree.TYPE: the markers of a stored object)
-from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
+from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable, full_index
 
 
 # Set while restoring a registration's ``dtype_from_file`` fields.
@@ -59,15 +60,11 @@ def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
     if x.sharding.is_fully_replicated:
         return np.asarray(x.addressable_data(0))
     blocks = tuple(
-        (tuple(s.start or 0 for s in _full_index(shard.index, x.shape)), np.asarray(shard.data))
+        (tuple(s.start for s in full_index(shard.index, x.shape)), np.asarray(shard.data))
         for shard in x.addressable_shards
         if shard.replica_id == 0
     )
     return GlobalArray(tuple(x.shape), np.dtype(x.dtype), blocks)
-
-
-def _full_index(index, shape):
-    return tuple(slice(*s.indices(n)) for s, n in zip(index, shape)) + tuple(slice(0, n) for n in shape[len(index) :])
 
 
 # --------------------------------------------------------------------------- save
@@ -83,7 +80,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
             return to_state_dict(obj, path)
     if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
-            _check_text(obj, path)
+            tree_codec.check_text(obj, path, "string")
         return obj
     if isinstance(obj, np.ndarray):
         _check_dtype(obj.dtype, path)
@@ -141,7 +138,7 @@ def _key(k, path) -> str:
     s = str.__str__(k) if isinstance(k, str) else int.__repr__(k)
     if s.startswith("@"):
         raise UnregisteredTypeError(f"{format_path(path)}: dict key {k!r}: keys starting with '@' are reserved")
-    _check_text(s, path, f"dict key {k!r}")
+    tree_codec.check_text(s, path, "dict key")
     return s
 
 
@@ -157,16 +154,6 @@ def _new_key(k, seen: dict, path) -> str:
         )
     seen[key] = k
     return key
-
-
-def _check_text(s: str, path, what: str = "string") -> None:
-    """The file stores text as UTF-8: a lone surrogate ("\\ud800") cannot be."""
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UnregisteredTypeError(
-            f"{format_path(path)}: {what} is not valid Unicode text (a lone surrogate); store it as bytes"
-        ) from None
 
 
 def _check_dtype(dtype, path) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 import pytest
 
 from builders import json_differences
-from nkserde.distributed import free_local_port
+from multiprocess import free_local_port
 
 RUN = Path(__file__).parent / "scripts" / "cluster_run.py"  # the jobs' run.py
 # seconds a requeued job waits in BeginTime before the tests release it

@@ -11,12 +11,20 @@ process calls ``jax.distributed.initialize``.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from nkserde.distributed import free_local_port
+
+def free_local_port() -> int:
+    """A TCP port free on 127.0.0.1 now: the coordinator address of JAX
+    processes launched on one machine (tests, benchmarks)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 WORKER = Path(__file__).with_name("_mp_worker.py")
 TIMEOUT = 240  # seconds for a whole group

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import nkserde
 from nkserde.format.atomic import TEMP_MARK, remove_stale_temps
@@ -72,15 +73,24 @@ def test_live_processes_temps_are_kept(tmp_path):
     assert live.exists() and other_host.exists()
 
 
-def test_failed_save_leaves_no_temp_and_no_target(tmp_path):
-    class Boom:
-        pass
+def test_failed_save_leaves_no_temp_and_no_target(tmp_path, monkeypatch):
+    """The save fails in the middle of writing its arrays, once its
+    temporary file exists: neither that file nor the target is left."""
+    from nkserde.format import writer
 
+    real, seen = writer._stream_array_steps, []
+
+    def failing_on_the_second(f, array, position, digest=None):
+        seen.append(sorted(p.name for p in tmp_path.iterdir()))
+        if len(seen) == 2:
+            raise OSError(5, "Input/output error")
+        return (yield from real(f, array, position, digest))
+
+    monkeypatch.setattr(writer, "_stream_array_steps", failing_on_the_second)
     target = tmp_path / "t.nks"
-    try:
-        nkserde.save({"a": np.ones(3), "b": Boom()}, target)
-    except nkserde.errors.UnregisteredTypeError:
-        pass
+    with pytest.raises(nkserde.errors.FileWriteError, match="Input/output error"):
+        nkserde.save({"a": np.ones(3), "b": np.zeros(4)}, target)
+    assert len(seen) == 2 and any(name.startswith(".t.nks") for name in seen[1])  # the temporary file existed
     assert list(tmp_path.iterdir()) == []
 
 

@@ -473,12 +473,16 @@ def test_rerun_after_the_end_changes_nothing(driver, runner, reference, tmp_path
 def test_background_checkpoint_is_on_disk_before_the_next_step_ends_on_a_busy_node(runner, tmp_path):
     """Other processes keep every core busy, so the background writer's
     lowest-priority thread starves: the checkpoint taken at the start of step
-    4 (3 steps done) must still be on disk before step 4 ends, so a job
-    killed after step 5 resumes from step 3."""
+    4 (3 steps done) must still be on disk before step 4 ends: the job,
+    held at the end of step 4 (after the Checkpoint's on_step_end) and
+    killed there, resumes from step 3."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * os.cpu_count())]
+    release = tmp_path / "release"
     try:
-        process = runner.start("vmc", tmp_path, "--mode", "checkpointed", "--every", "3")
-        process.wait_for(r"step 5")
+        process = runner.start(
+            "vmc", tmp_path, "--mode", "checkpointed", "--every", "3", env={"CKPT_STEP_HOLD": f"4:{release}"}
+        )
+        process.wait_for(r"step 4")
         process.send(signal.SIGKILL)
         process.finish()
     finally:

@@ -27,12 +27,6 @@ def test_fewer_steps_than_keep_retire_nothing():
     assert Retention(keep=3).retired([], newest=0) == []
 
 
-def test_a_failed_newest_retires_nothing_older():
-    # retention runs only with the step just verified: when step 30 failed,
-    # the policy is applied with newest=20 and 20 stays
-    assert 20 in Retention(keep=1).kept([10, 20], newest=20)
-
-
 @pytest.mark.parametrize("keep, keep_every", [(0, None), (-1, None), (1, 0)])
 def test_rejects_impossible_policies(keep, keep_every):
     with pytest.raises(ValueError):

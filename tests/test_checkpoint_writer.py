@@ -38,14 +38,41 @@ def test_background_write_finishes_and_records_its_lag():
     assert len(writer.lags) == 1 and writer.lags[0][1] >= 0
 
 
+class _HeldAfterOneStep(BackgroundWrite):
+    """A background write whose thread, after its first step, waits (outside
+    the write's lock) until ``release`` is set: a thread starved on a busy
+    node."""
+
+    def __init__(self, steps, took_one, release):
+        super().__init__(steps)
+        self.took_one, self.release = took_one, release
+
+    def _advance(self, in_caller):
+        more = super()._advance(in_caller)
+        if not in_caller and self.steps_in_background == 1 and not self.release.is_set():
+            self.took_one.set()
+            self.release.wait()
+        return more
+
+
+@pytest.mark.timeout(120)  # finish() that only joined the starved thread would hang here
 def test_a_lagging_background_write_is_finished_by_the_caller():
-    log, gate = [], threading.Event()
-    write = BackgroundWrite(_steps(log, "a", gate=gate)).start()
-    gate.set()  # the thread may take some steps, the caller does the rest
+    log, took_one, release = [], threading.Event(), threading.Event()
+    main = threading.current_thread().name
+
+    def steps():
+        for i in range(3):
+            log.append((i, threading.current_thread().name))
+            if threading.current_thread().name == main and i == 2:
+                release.set()  # the caller did the rest: the starved thread may go on (and stop)
+            yield
+
+    write = _HeldAfterOneStep(steps(), took_one, release).start()
+    assert took_one.wait(60)
     write.finish()
     assert write.done and write.error is None
-    assert write.steps_in_caller + write.steps_in_background == 3
-    assert [i for _, i, _ in log] == [0, 1, 2]
+    assert (write.steps_in_background, write.steps_in_caller) == (1, 2)
+    assert [name == main for _, name in log] == [False, True, True]
 
 
 def test_at_most_one_write_in_flight():

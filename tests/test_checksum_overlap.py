@@ -3,6 +3,8 @@ written: the file must be byte for byte the one the serial path writes."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -30,12 +32,21 @@ def test_overlapped_checksum_writes_the_same_bytes(tmp_path, monkeypatch):
 
 
 def test_an_error_in_the_checksum_thread_fails_the_save(tmp_path, monkeypatch):
-    def broken(data):
-        raise MemoryError("no memory for the checksum")
+    """The checksum fails on the checksum thread only (the main thread's
+    checksums of the small array and the header succeed): the save must
+    still fail, with that thread's error, and publish nothing."""
+    real, failed_on = writer.checksum, []
 
-    monkeypatch.setattr(writer, "checksum", broken)
-    with pytest.raises(MemoryError):
+    def broken_on_its_thread(data):
+        if threading.current_thread().name == "nkserde-checksum":
+            failed_on.append(threading.current_thread().name)
+            raise MemoryError("no memory for the checksum")
+        return real(data)
+
+    monkeypatch.setattr(writer, "checksum", broken_on_its_thread)
+    with pytest.raises(MemoryError, match="no memory for the checksum"):
         fileformat.write_file(tmp_path / "x.nks", _tree(), {})
+    assert failed_on == ["nkserde-checksum"]
     assert not (tmp_path / "x.nks").exists()
     with pytest.raises(FileNotFoundError):
         fileformat.read_file(tmp_path / "x.nks")

@@ -11,7 +11,6 @@ import pytest
 import nkserde
 from nkserde.errors import (
     CorruptFileError,
-    NkserdeError,
     TemplateMismatchError,
     UnregisteredTypeError,
     UnsupportedVersionError,
@@ -238,7 +237,7 @@ def test_no_raw_exceptions_from_random_headers(tmp_path):
         blob += TRAILER.pack(PREAMBLE.size, len(header), checksum(header), END_MAGIC)
         path = tmp_path / "r.nks"
         path.write_bytes(blob)
-        with pytest.raises(NkserdeError):
+        with pytest.raises(CorruptFileError):
             nkserde.load({}, path)
 
 

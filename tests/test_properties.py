@@ -5,6 +5,8 @@ an nkserde error naming its path. Example counts are modest for CI time."""
 
 from __future__ import annotations
 
+import copy
+
 import math
 import struct
 import tempfile
@@ -146,24 +148,25 @@ unstorable = st.sampled_from(
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(tree=trees, bad=unstorable, where=st.lists(st.sampled_from(["a", "b", 0, 1]), max_size=3))
 def test_unstorable_value_is_refused_naming_its_path(tree, bad, where):
-    # plant ``bad`` at ``where`` (dict keys and list positions)
-    root = container = {"t": tree}
-    path = ["t"]
-    container["t"] = node = {} if not where or isinstance(where[0], str) else []
-    for step, nxt in zip(where, where[1:] + [None]):
-        child = bad if nxt is None else ({} if isinstance(nxt, str) else [])
-        if isinstance(node, dict):
-            node[step] = child
-        else:
+    # plant ``bad`` at ``where`` (dict keys and list positions) inside the
+    # generated tree: what is on the way is kept where it is a dict or a
+    # list, replaced where it is not
+    root = {"t": copy.deepcopy(tree)}
+    parent, key, path = root, "t", ["t"]
+    for step in where:
+        node = parent.get(key) if isinstance(parent, dict) else parent[key]
+        if isinstance(step, str) and not isinstance(node, dict):
+            node = parent[key] = {}
+        elif not isinstance(step, str) and not isinstance(node, list):
+            node = parent[key] = []
+        if isinstance(node, list):
             node.extend([0] * (step + 1 - len(node)))
-            node[step] = child
+        parent, key = node, step
         path.append(str(step))
-        node = child
-    if not where:
-        container["t"] = bad
+    parent[key] = bad
     expected = "/".join(path)  # a bad dict key: the path of its dict
     with tempfile.TemporaryDirectory() as d:
         with pytest.raises(UnregisteredTypeError) as raised:
             nkserde.save(root, Path(d) / "t.nks")
-        assert str(raised.value).startswith(expected), (str(raised.value), expected)
+        assert str(raised.value).startswith(expected + ":"), (str(raised.value), expected)
         assert list(Path(d).iterdir()) == []

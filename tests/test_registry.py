@@ -149,9 +149,9 @@ def test_loading_never_imports_or_runs_names_from_the_file(tmp_path):
 
 
 def test_invalid_registrations():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid registration name '@bad'"):
         nkserde.register(Walker, name="@bad", to_state=dict, from_state=lambda t, f: t)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="schema version must be an int >= 1, got 0"):
         nkserde.register(Walker, name="ok", version=0, to_state=dict, from_state=lambda t, f: t)
 
 

@@ -247,25 +247,45 @@ def test_a_changed_dtype_outside_run_state_is_still_refused(tmp_path):
 
 def test_operators_inside_a_state_come_from_the_template(tmp_path):
     """NetKet's Infidelity_SR with ``operator=`` builds a target whose model
-    state holds the operator (an IsingJax): checkpointed from the first step."""
-    _, hilbert, H = B.system()
+    state holds the operator (an IsingJax): checkpointed from the first step.
+    The file records only that an operator is there: a template built with
+    another field (resumed with resume="force") keeps its own."""
+    graph, hilbert, _ = B.system()
 
-    def build():
+    def build(h=1.0):
         target = B.mc_state(seed=5, sampler_seed=7)
+        operator = nk.operator.Ising(hilbert, graph, h=h).to_jax_operator()
         return nk.driver.Infidelity_SR(
-            target, optax.sgd(1e-2), operator=H.to_jax_operator(), variational_state=B.mc_state(), diag_shift=0.1
+            target, optax.sgd(1e-2), operator=operator, variational_state=B.mc_state(), diag_shift=0.1
         )
+
+    def operator_leaves(driver):
+        ops = [
+            x
+            for x in jax.tree_util.tree_leaves(
+                driver.target_state.model_state, is_leaf=lambda x: isinstance(x, nk.operator.AbstractOperator)
+            )
+            if isinstance(x, nk.operator.AbstractOperator)
+        ]
+        assert ops
+        return [np.asarray(leaf).tobytes() for op in ops for leaf in jax.tree_util.tree_leaves(op)]
 
     straight = build()
     straight.run(3, out=None, show_progress=False)
-    resumed, _, ckpt = B.crash_then_resume(build, tmp_path, 3, crash_at=2, every=1)
+    resumed, _, ckpt = B.crash_then_resume(build, tmp_path / "same", 3, crash_at=2, every=1)
     assert ckpt.resumed_from == 2
     assert B.params_bytes(resumed) == B.params_bytes(straight)
-    op = resumed.target_state.model_state
-    assert any(
-        isinstance(x, nk.operator.AbstractOperator)
-        for x in jax.tree_util.tree_leaves(op, is_leaf=lambda x: isinstance(x, nk.operator.AbstractOperator))
-    )
+
+    first = nkserde.Checkpoint(tmp_path / "h", every=1)
+    with pytest.raises(RuntimeError, match="crash"):
+        build().run(3, out=None, show_progress=False, callback=[first, B.CrashAt(2)])
+    other = build(h=2.0)
+    want = operator_leaves(other)
+    assert want != operator_leaves(build())  # h=2 really is another operator
+    ckpt = nkserde.Checkpoint(tmp_path / "h", resume="force")
+    other.run(3, out=None, show_progress=False, callback=ckpt)
+    assert ckpt.resumed_from == 2
+    assert operator_leaves(other) == want  # the template's operator, not the file's
 
 
 # ------------------------------------------------------- the checkpointed driver

@@ -1,6 +1,6 @@
 """The checkpoint writer: at most one write in flight, its first error
 raised at the next call, every pending write finished at interpreter exit.
-Knows files only (the steps of a write come from nkserde.api).
+Knows no files: it runs the steps of a write, which come from nkserde.api.
 
     writer = CheckpointWriter("ckpt")
     writer.submit(steps, asynchronous=True)   # returns at once

@@ -48,9 +48,10 @@ NBSP = "\u00a0"  # a space that wrapping does not break at
 
 
 class CommandError(Exception):
-    """An error the command reports in one line (exit code ``code``)."""
+    """An error the command reports in one line (exit code ``code``; None:
+    the command's own code for an error, 1 but for diff)."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, code: int | None = None):
         super().__init__(message)
         self.code = code
 
@@ -448,7 +449,7 @@ def cmd_diff(args) -> int:
             args.a, args.b, atol=args.atol, rtol=args.rtol, exclude=args.exclude, wall_clock=args.wall_clock
         )
     except (NkserdeError, OSError) as exc:
-        raise CommandError(str(exc), code=2) from exc
+        raise CommandError(str(exc)) from exc
     result["atol"], result["rtol"] = args.atol, args.rtol
     if args.json:
         _json(result)
@@ -609,13 +610,7 @@ def cmd_migrate(args) -> int:
     src = _file(args.input)
     if args.in_place and args.output:
         raise CommandError("give OUT or --in-place, not both")
-    dst = (
-        src
-        if args.in_place
-        else Path(args.output)
-        if args.output
-        else src.with_name(f"{src.stem}.migrated{src.suffix}")
-    )
+    dst = src if args.in_place else Path(args.output) if args.output else file_info.migrated_path(src)
     if not args.in_place and dst.exists() and dst.resolve() == src.resolve():
         raise CommandError(f"{src}: OUT is IN; migrate never overwrites IN unless --in-place (which keeps a backup)")
     if not args.in_place and dst.exists() and not args.force:
@@ -720,6 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
         "directories, without writing Python.",
     )
     parser.add_argument("--version", action="version", version=f"nkserde {_version()}")
+    parser.set_defaults(error_code=1)  # an error's exit code; diff's is 2
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     p = sub.add_parser(
@@ -784,7 +780,7 @@ def build_parser() -> argparse.ArgumentParser:
         "time.perf_counter() as 'wallclock'; left out by default: it differs between two identical runs)",
     )
     _common(p)
-    p.set_defaults(func=cmd_diff)
+    p.set_defaults(func=cmd_diff, error_code=2)  # 1 says the files differ
 
     p = sub.add_parser(
         "ls",
@@ -866,6 +862,6 @@ def _run(args) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        code = 2 if args.command == "diff" else exc.code if isinstance(exc, CommandError) else 1
+        code = exc.code if isinstance(exc, CommandError) and exc.code is not None else args.error_code
         print(f"nkserde {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return code

@@ -9,12 +9,13 @@ import math
 import os
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 import msgpack
 import numpy as np
 
 from ..errors import CorruptFileError, FileReadError, NkserdeError, UnsupportedVersionError
-from ..placement import ProcessValues
+from ..placement import ProcessValues, full_index
 from . import codecs, foreign, limits, tree_codec
 from .checksum import checksum, streaming_checksum
 from .layout import (
@@ -136,7 +137,47 @@ def read_header(path) -> dict:
     still holds ``{"@array": i}`` references."""
     path = Path(path)
     with read_errors(path), open(path, "rb") as f:
-        return _open_header(f, path)[0]
+        return _open_header(f, path)[0]  # (the header alone: its index entries are not read)
+
+
+class Block(NamedTuple):
+    """A block of an array: where it starts, its shape, its storage entry
+    (dtype, offset, stored bytes, codec, checksum). One block covers a whole
+    array unless several processes wrote it."""
+
+    start: list
+    shape: list
+    entry: dict
+
+
+class Index(NamedTuple):
+    """A file's validated header and, per array, its validated blocks."""
+
+    header: dict
+    blocks: list[list[Block]]
+
+    def check_load(self, path) -> None:
+        """The file's arrays, decoded, against ``max_load_bytes``: a load
+        (and a verification, which must agree with it) is refused before
+        any array is allocated."""
+        _check_load_size(self.header["arrays"], path)
+
+
+def _read_index(f, path) -> Index:
+    """The header of the open file ``f`` and every index entry, validated
+    before any of their fields is used: the one way every reader begins."""
+    header, payload_end = _open_header(f, path)
+    version = header["format_version"]
+    blocks = [_check_entry(entry, i, payload_end, path, version) for i, entry in enumerate(header["arrays"])]
+    return Index(header, blocks)
+
+
+@contextlib.contextmanager
+def _opened(path, buffering: int = -1):
+    """``(file, Index)`` of ``path``, open for reading, its OS errors as
+    FileReadError."""
+    with read_errors(path), open(path, "rb", buffering=buffering) as f:
+        yield f, _read_index(f, path)
 
 
 def _is_index(v) -> bool:
@@ -144,16 +185,15 @@ def _is_index(v) -> bool:
 
 
 def _check_entry(entry, i, payload_end, path, version):
-    """Validates an array's index entry; returns its blocks as
-    ``[(start, shape, storage entry)]`` (one block covering the whole array
-    for the single-block form)."""
+    """Validates an array's index entry; returns its blocks (one block
+    covering the whole array for the single-block form)."""
     if version >= 2 and isinstance(entry, dict) and set(entry) == _BLOCKED_KEYS:
         return _check_blocked(entry, i, payload_end, path)
     if not isinstance(entry, dict) or set(entry) != _INDEX_KEYS:
         raise _corrupt(path, f"array {i}: malformed index entry")
     _check_dtype_shape(entry, i, path)
     _check_storage(entry, i, entry["shape"], payload_end, path)
-    return [([0] * len(entry["shape"]), entry["shape"], entry)]
+    return [Block([0] * len(entry["shape"]), entry["shape"], entry)]
 
 
 def _check_dtype_shape(entry, i, path):
@@ -187,7 +227,7 @@ def _check_blocked(entry, i, payload_end, path):
             "nbytes": math.prod(block["shape"]) * DTYPES[entry["dtype"]].itemsize,
         }
         _check_storage(block, i, block["shape"], payload_end, path)
-        boxes.append((block["start"], block["shape"], block))
+        boxes.append(Block(block["start"], block["shape"], block))
     if sum(math.prod(n) for _, n, _ in boxes) != math.prod(shape):
         raise _corrupt(path, f"array {i}: blocks do not fill shape {shape}")
     _check_disjoint([(s, n) for s, n, _ in boxes if math.prod(n)], i, path)
@@ -242,9 +282,9 @@ def aligned_empty(nbytes: int) -> np.ndarray:
     return buf[start : start + nbytes]
 
 
-def _read_blocks(f, dtype_name, shape, blocks, i, path) -> np.ndarray:
-    if len(blocks) == 1 and list(blocks[0][1]) == list(shape):
-        return _read_array(f, blocks[0][2], i, path)
+def _read_blocks(f, dtype_name, shape, blocks: list[Block], i, path) -> np.ndarray:
+    if len(blocks) == 1 and list(blocks[0].shape) == list(shape):
+        return _read_array(f, blocks[0].entry, i, path)
     dtype = DTYPES[dtype_name]
     out = aligned_empty(math.prod(shape) * dtype.itemsize).view(dtype).reshape(shape)
     for start, block_shape, entry in blocks:
@@ -318,17 +358,12 @@ def read_file(path) -> tuple[dict, object]:
     """Reads and verifies a whole file. Returns ``(header, tree)`` where the
     tree holds numpy arrays (64-byte aligned, owned by the caller)."""
     path = Path(path)
-    with read_errors(path), open(path, "rb", buffering=0) as f:
-        header, payload_end = _open_header(f, path)
-        # the whole index is checked, and the load's size, before any array is allocated
-        checked = [
-            _check_entry(entry, i, payload_end, path, header["format_version"])
-            for i, entry in enumerate(header["arrays"])
-        ]
-        _check_load_size(header["arrays"], path)
+    with _opened(path, buffering=0) as (f, index):
+        index.check_load(path)  # the whole index is checked, and the load's size, before any array is allocated
+        header = index.header
         arrays = [
             _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
-            for i, (entry, blocks) in enumerate(zip(header["arrays"], checked))
+            for i, (entry, blocks) in enumerate(zip(header["arrays"], index.blocks))
         ]
     return header, _decode_tree(header["tree"], arrays, path)
 
@@ -347,15 +382,11 @@ class LazyFile:
         self._decoded = 0  # bytes of arrays read so far, against max_load_bytes
         try:
             with read_errors(self.path):
-                self.header, payload_end = _open_header(self._file, self.path)
-            version = self.header["format_version"]
-            # every entry is validated before any of its fields is used
-            checked = [
-                _check_entry(entry, i, payload_end, self.path, version) for i, entry in enumerate(self.header["arrays"])
-            ]
+                index = _read_index(self._file, self.path)
+            self.header = index.header
             self.arrays = [
                 LazyArray(self, i, entry["dtype"], tuple(entry["shape"]), blocks)
-                for i, (entry, blocks) in enumerate(zip(self.header["arrays"], checked))
+                for i, (entry, blocks) in enumerate(zip(self.header["arrays"], index.blocks))
             ]
             self.tree = _decode_tree(self.header["tree"], self.arrays, self.path)
         except BaseException:
@@ -421,20 +452,19 @@ class LazyArray:
     def _block(self, j) -> np.ndarray:
         # a block overlapping several shards is read once per load
         if j not in self._cache:
-            self._cache[j] = self._source.read_block(self._blocks[j][2], self._i)
+            self._cache[j] = self._source.read_block(self._blocks[j].entry, self._i)
         return self._cache[j]
 
     def read(self, index=None) -> np.ndarray:
         full = index is None
-        index = _full_index(index, self.shape)
+        index = full_index(index, self.shape)
         if self._row is not None:
             index = (slice(self._row, self._row + 1),) + index
         start = [s.start for s in index]
         shape = [s.stop - s.start for s in index]
         blocks = self._blocks
-        if full and self._row is None and len(blocks) == 1 and list(blocks[0][1]) == list(self._base_shape):
-            out = self._source.read_block(blocks[0][2], self._i)  # the common case: no copy
-            return out
+        if full and self._row is None and len(blocks) == 1 and list(blocks[0].shape) == list(self._base_shape):
+            return self._source.read_block(blocks[0].entry, self._i)  # the common case: no copy
         _check_load_size(
             [{"dtype": self.dtype_name, "shape": shape}], self._source.path, f"array {self._i}: the part read decodes"
         )  # allocated before its blocks are read
@@ -456,26 +486,14 @@ class LazyArray:
         if (
             self._row is None
             and len(blocks) == 1
-            and blocks[0][2]["codec"] == codecs.RAW
-            and list(blocks[0][1]) == list(self._base_shape)
+            and blocks[0].entry["codec"] == codecs.RAW
+            and list(blocks[0].shape) == list(self._base_shape)
             and self.size
         ):
             return np.memmap(
-                self._source.path, dtype=self.dtype, mode="r", offset=blocks[0][2]["offset"], shape=self.shape
+                self._source.path, dtype=self.dtype, mode="r", offset=blocks[0].entry["offset"], shape=self.shape
             )
         return self.read()
-
-
-def _full_index(index, shape) -> tuple:
-    index = () if index is None else tuple(index)
-    out = []
-    for k, n in enumerate(shape):
-        s = index[k] if k < len(index) else slice(None)
-        a, b, step = s.indices(n)
-        if step != 1:
-            raise ValueError(f"strided index {index!r}")
-        out.append(slice(a, max(a, b)))
-    return tuple(out)
 
 
 def materialize(tree):
@@ -496,14 +514,16 @@ def verify_steps(path):
     :func:`read_file` does, as a generator yielding after every
     ``codecs.CHUNK`` bytes read (any thread may advance it; see
     nkserde.checkpoint.background). Raw arrays are checksummed as they stream through
-    one buffer; nothing is kept. Returns the header."""
+    one buffer; nothing is kept. A file whose arrays a load would refuse
+    (``max_load_bytes``) does not verify either: what verifies is what
+    loads. Returns the header."""
     path = Path(path)
     buffer = memoryview(bytearray(codecs.CHUNK))
-    with read_errors(path), open(path, "rb", buffering=0) as f:
-        header, payload_end = _open_header(f, path)
-        for i, entry in enumerate(header["arrays"]):
-            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
-            for _start, _shape, block in blocks:
+    with _opened(path, buffering=0) as (f, index):
+        index.check_load(path)
+        header = index.header
+        for i, blocks in enumerate(index.blocks):
+            for block in (b.entry for b in blocks):
                 if block["codec"] != codecs.RAW:
                     _check_load_size([block], path, f"array {i}: a zstd frame decodes")
                     _read_array(f, block, i, path)  # small frames: whole
@@ -536,18 +556,17 @@ def read_index(path) -> tuple[dict, list]:
     ``blocks``: how many blocks, 1 unless several processes wrote it).
     Costs the trailer and the header: a multi-GB file is read instantly."""
     path = Path(path)
-    with read_errors(path), open(path, "rb") as f:
-        header, payload_end = _open_header(f, path)
+    with _opened(path) as (_, index):
+        header = index.header
     table = []
-    for i, entry in enumerate(header["arrays"]):
-        blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
+    for entry, blocks in zip(header["arrays"], index.blocks):
         table.append(
             {
                 "dtype": entry["dtype"],
                 "shape": list(entry["shape"]),
                 "nbytes": math.prod(entry["shape"]) * DTYPES[entry["dtype"]].itemsize,
-                "stored": sum(b["stored"] for _, _, b in blocks),
-                "codecs": sorted({b["codec"] for _, _, b in blocks}),
+                "stored": sum(b.entry["stored"] for b in blocks),
+                "codecs": sorted({b.entry["codec"] for b in blocks}),
                 "blocks": len(blocks),
             }
         )
@@ -559,13 +578,11 @@ def read_arrays(path, indices=None):
     a file, one at a time, each verified against its checksum: memory holds
     one array, not the file."""
     path = Path(path)
-    with read_errors(path), open(path, "rb", buffering=0) as f:
-        header, payload_end = _open_header(f, path)
-        entries = header["arrays"]
+    with _opened(path, buffering=0) as (f, index):
+        entries = index.header["arrays"]
         for i in range(len(entries)) if indices is None else indices:
             if not 0 <= i < len(entries):
                 raise _corrupt(path, f"array reference {i} out of range")
             entry = entries[i]
-            blocks = _check_entry(entry, i, payload_end, path, header["format_version"])
             _check_load_size([entry], path, f"array {i} decodes")  # one array at a time
-            yield i, _read_blocks(f, entry["dtype"], entry["shape"], blocks, i, path)
+            yield i, _read_blocks(f, entry["dtype"], entry["shape"], index.blocks[i], i, path)

@@ -78,7 +78,7 @@ class _Encoder:
             return node
         if isinstance(tree, dict):
             for k in tree:
-                _check_text(k, path, "dict key")
+                check_text(k, path, "dict key")
             return {k: self.node(v, path + (k,), stacked) for k, v in tree.items()}
         if isinstance(tree, (list, tuple)):
             return [self.node(v, path + (i,), stacked) for i, v in enumerate(tree)]
@@ -109,7 +109,7 @@ class _Encoder:
 
 def _scalar(value, path):
     if isinstance(value, str):
-        _check_text(value, path, "string")
+        check_text(value, path, "string")
         return value
     if isinstance(value, bool) or value is None or isinstance(value, (bytes, float)):
         return value
@@ -120,16 +120,17 @@ def _scalar(value, path):
     raise UnregisteredTypeError(f"{format_path(path)}: cannot store a value of type {type(value).__name__}")
 
 
-def _check_text(value, path, what: str) -> None:
+def check_text(value, path, what: str) -> None:
     """The header holds UTF-8 text: a key must be a str, and no text may hold
-    a lone surrogate."""
+    a lone surrogate (the one check of text, saving a state dict and
+    encoding a header alike)."""
     if not isinstance(value, str):
         raise UnregisteredTypeError(f"{format_path(path)}: {what} {value!r} is not a str")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise UnregisteredTypeError(
-            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate)"
+            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate); store it as bytes"
         ) from None
 
 

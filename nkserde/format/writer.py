@@ -39,6 +39,7 @@ from typing import Protocol
 
 import msgpack
 import numpy as np
+from typing import Any, NamedTuple
 
 from ..errors import (
     DistributedSaveError,
@@ -48,7 +49,6 @@ from ..errors import (
     UnregisteredTypeError,
     format_path,
 )
-from ..coordination import write_timeout
 from ..placement import GlobalArray
 from . import codecs, tree_codec
 from .atomic import atomic_write, fsync_directory, remove_stale_temps, remove_temp, temp_name, write_error
@@ -212,24 +212,90 @@ class Communicator(Protocol):
     number, and rounds through process 0 (every process sends a message,
     process 0's ``decide(messages)`` gives every process the same answer or
     raises there, and then the others raise DistributedSaveError with its
-    message). :class:`nkserde.coordination.Group` over JAX's coordination
-    service in nkserde.distributed."""
+    message; ``writing``: bytes the processes write before they all arrive,
+    which the wait allows for). :class:`nkserde.coordination.Group` over
+    JAX's coordination service in nkserde.distributed."""
 
     rank: int
     size: int
-    timeout: float
 
-    def round(self, message: bytes, decide, *, what: str, timeout: float | None = None) -> bytes: ...
+    def round(self, message: bytes, decide, *, what: str, writing: int = 0) -> bytes: ...
 
 
-def _agreed_part(encoded, described) -> dict:
+class ArrayInfo(NamedTuple):
+    """What every process must agree on about an array: dtype, shape, and
+    the checksum of a replicated one (None for one spread over processes)."""
+
+    dtype: str
+    shape: list
+    checksum: int | None
+
+
+class OwnBlock(NamedTuple):
+    """A block process 0 holds: streamed with its region, as a one-process
+    save streams an array."""
+
+    array: int
+    start: tuple
+    data: np.ndarray
+
+
+class PreparedBlock(NamedTuple):
+    """A block another process holds: encoded before the first round (its
+    stored size goes in the message), written at its offset in the second."""
+
+    array: int
+    start: tuple
+    shape: list
+    codec: str
+    payload: Any
+    checksum: int
+
+
+class BlockNote(NamedTuple):
+    """A block as round 1's message tells process 0 of it (a list on the
+    wire): which array, where, its shape and, from the other processes, how
+    it is stored."""
+
+    array: int
+    start: list
+    shape: list
+    stored: int | None = None
+    codec: str | None = None
+    checksum: int | None = None
+
+
+class _Encoded(NamedTuple):
+    """This process's state, encoded: the header tree, its arrays (the
+    first ``common`` every process has, then process 0's own records), what
+    must agree, the blocks it writes."""
+
+    tree: Any
+    arrays: list
+    paths: list
+    common: int
+    described: list[ArrayInfo]
+    agreed: dict
+    nbytes: int
+    own_blocks: list  # OwnBlock (process 0) or PreparedBlock (the others)
+    replicated_checksums: dict  # array -> checksum, so process 0 need not hash them again
+
+
+class _Layout(NamedTuple):
+    """Process 0's plan after the first round: every process's message, the
+    offsets of the other processes' blocks (by rank), where its own region
+    starts."""
+
+    messages: list
+    offsets: list
+    region0: int
+
+
+def _agreed_part(encoded, described: list[ArrayInfo]) -> dict:
     """What must be identical on every process: the tree without its
     per-process values and process 0's records, and each array's dtype,
     shape and kind (the checksum of a replicated one)."""
-    return {
-        "tree": _strip_per_process(encoded),
-        "arrays": [[a["dtype"], a["shape"], a.get("checksum", "blocks")] for a in described],
-    }
+    return {"tree": _strip_per_process(encoded), "arrays": [list(a) for a in described]}
 
 
 def _digest(agreed) -> bytes:
@@ -376,17 +442,19 @@ def write_file_together_steps(path, tree, meta: dict, comm: Communicator):
 
 
 class _TogetherWrite:
-    """One process's part of :func:`write_file_together`, step by step."""
+    """One process's part of :func:`write_file_together`, step by step: round
+    1 (:meth:`_agree_on_layout`) then round 2 (:meth:`_write_and_publish`);
+    what each phase makes is a record (:class:`_Encoded`, :class:`_Layout`)
+    passed to the next."""
 
     def __init__(self, path: Path, tree, meta: dict, comm: Communicator):
         self.path, self.tree, self.meta, self.comm = path, tree, meta, comm
         self.rank, self.size = comm.rank, comm.size
-        self.arrays: list = []
-        self.paths: list = []
-        self.own_blocks: list = []  # rank 0: [(i, start, block)]; others: [(i, start, codec, payload, checksum)]
-        self.replicated_checksums: dict[int, int] = {}
+        self.encoded: _Encoded | None = None  # round 1's input, kept for naming a difference and publishing
+        self.layout: _Layout | None = None  # process 0's, from round 1
         self.file = None  # process 0's temporary file while it is written
         self.temp: Path | None = None
+        self.region: tuple[list, int] | None = None  # process 0's (index, end) once its region is written
 
     def steps(self):
         """The write as a generator of steps (rounds, and pieces of at most
@@ -394,10 +462,10 @@ class _TogetherWrite:
         a background write that falls behind is finished by the run's
         thread."""
         try:
-            layout = self._agree_on_layout()
-            self.temp = self.path.parent / layout["temp"]
+            answer = self._agree_on_layout()
+            self.temp = self.path.parent / answer["temp"]
             yield
-            yield from self._write_and_publish(layout)
+            yield from self._write_and_publish(answer["starts"])
         finally:
             if self.rank == 0:
                 if self.file is not None:
@@ -409,34 +477,38 @@ class _TogetherWrite:
 
     # -- round 1: encode, describe, check, lay out, create
 
-    def _describe(self) -> dict:
-        deferred: list = []
-        encoded = tree_codec.encode(
-            self.tree, self.arrays, self.paths, rank=self.rank, n_processes=self.size, deferred=deferred
-        )
-        self.common = len(self.arrays)  # arrays every process has; then process 0's records
-        tree_codec.encode_deferred(deferred, self.arrays, self.paths)
-        described, blocks = [], []
-        for i, (array, where) in enumerate(zip(self.arrays[: self.common], self.paths)):
+    def _encode(self) -> _Encoded:
+        arrays, paths, deferred = [], [], []
+        tree = tree_codec.encode(self.tree, arrays, paths, rank=self.rank, n_processes=self.size, deferred=deferred)
+        common = len(arrays)  # arrays every process has; then process 0's records
+        tree_codec.encode_deferred(deferred, arrays, paths)
+        described, own_blocks, replicated = [], [], {}
+        for i, (array, where) in enumerate(zip(arrays[:common], paths)):
             if isinstance(array, GlobalArray):
                 for start, block in array.blocks:
-                    start = [int(s) for s in start]
+                    start = tuple(int(s) for s in start)
                     if self.rank == 0:  # streamed later, like a one-process save
-                        self.own_blocks.append((i, tuple(start), block))
-                        blocks.append([i, start, list(block.shape)])
+                        own_blocks.append(OwnBlock(i, start, block))
                     else:
-                        codec, payload, digest = _prepare_block(_bytes_of(block))
-                        self.own_blocks.append((i, tuple(start), codec, payload, digest))
-                        blocks.append([i, start, list(block.shape), len(payload), codec, digest])
-                described.append({"dtype": _dtype(array, where), "shape": list(array.shape)})
+                        own_blocks.append(PreparedBlock(i, start, list(block.shape), *_prepare_block(_bytes_of(block))))
+                described.append(ArrayInfo(_dtype(array, where), list(array.shape), None))
             else:  # replicated: written by 0, checked everywhere
                 digest = checksum(_bytes_of(array))
-                described.append({"dtype": _dtype(array, where), "shape": list(array.shape), "checksum": digest})
-                self.replicated_checksums[i] = digest  # process 0 need not hash it again
-        self.encoded, self.described = encoded, described
-        self.agreed = _agreed_part(encoded, described)
-        self.nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in self.arrays)
-        return {"digest": _digest(self.agreed), "blocks": blocks, "per_process": _per_process_values(encoded)}
+                described.append(ArrayInfo(_dtype(array, where), list(array.shape), digest))
+                replicated[i] = digest
+        nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays)
+        agreed = _agreed_part(tree, described)
+        return _Encoded(tree, arrays, paths, common, described, agreed, nbytes, own_blocks, replicated)
+
+    def _describe(self) -> dict:
+        self.encoded = encoded = self._encode()
+        blocks = [  # process 0's own: where only (it streams them); the others': how they are stored too
+            [b.array, list(b.start), list(b.data.shape)]
+            if isinstance(b, OwnBlock)
+            else list(BlockNote(b.array, list(b.start), b.shape, len(b.payload), b.codec, b.checksum))
+            for b in encoded.own_blocks
+        ]
+        return {"digest": _digest(encoded.agreed), "blocks": blocks, "per_process": _per_process_values(encoded.tree)}
 
     def _agree_on_layout(self) -> dict:
         what = "encoding the state"
@@ -447,7 +519,7 @@ class _TogetherWrite:
         answer = self._round(message, self._check_and_lay_out, what, error)
         if "differs" in answer:  # the first process that differs sends its details: process 0 names the path
             rank = answer["differs"]
-            detail = msgpack.packb(self.agreed, use_bin_type=True) if self.rank == rank else b""
+            detail = msgpack.packb(self.encoded.agreed, use_bin_type=True) if self.rank == rank else b""
             self._round_bytes(detail, lambda details: self._name_difference(rank, details[rank]), what)
             raise AssertionError("unreachable: naming the difference raises on every process")  # pragma: no cover
         return answer
@@ -460,30 +532,29 @@ class _TogetherWrite:
         for r, m in enumerate(messages):
             if m["digest"] != mine:
                 return {"differs": r}
-        self.messages = messages
+        encoded = self.encoded
         volume: dict[int, int] = {}
         for m in messages:
-            for block in m["blocks"]:
-                i, shape = block[0], block[2]
-                if not (0 <= i < self.common and "checksum" not in self.described[i]):
+            for note in map(_note, m["blocks"]):
+                i = note.array
+                if not (0 <= i < encoded.common and encoded.described[i].checksum is None):
                     raise ProcessMismatchError(f"{self.path}: a process sent a block of array {i}, not a spread array")
-                volume[i] = volume.get(i, 0) + int(np.prod(shape))
-        for i, a in enumerate(self.described):
-            if "checksum" not in a and volume.get(i, 0) != int(np.prod(a["shape"])):
+                volume[i] = volume.get(i, 0) + int(np.prod(note.shape))
+        for i, a in enumerate(encoded.described):
+            if a.checksum is None and volume.get(i, 0) != int(np.prod(a.shape)):
                 raise ProcessMismatchError(
-                    f"{self.path}: {format_path(self.paths[i])}: the processes' blocks hold "
-                    f"{volume.get(i, 0)} elements of an array of shape {a['shape']}"
+                    f"{self.path}: {format_path(encoded.paths[i])}: the processes' blocks hold "
+                    f"{volume.get(i, 0)} elements of an array of shape {a.shape}"
                 )
         # others' blocks first, in process order, then process 0's region
         position = PREAMBLE.size
-        starts = [0]
-        self.offsets = [None]
+        starts, offsets = [0], [None]
         for m in messages[1:]:
             position = aligned_offset(position)
             starts.append(position)
-            offsets, position = _block_offsets(position, [b[3] for b in m["blocks"]])
-            self.offsets.append(offsets)
-        self.region0 = aligned_offset(position)
+            placed, position = _block_offsets(position, [_note(b).stored for b in m["blocks"]])
+            offsets.append(placed)
+        self.layout = _Layout(messages, offsets, aligned_offset(position))
         temp = temp_name(self.path.name, socket.gethostname(), os.getpid())
         self._create(self.path.parent / temp)
         return {"starts": starts, "temp": temp}
@@ -499,49 +570,49 @@ class _TogetherWrite:
 
     def _name_difference(self, rank: int, detail: bytes):
         other = msgpack.unpackb(detail, raw=False, strict_map_key=False)
-        found = _first_difference(self.agreed["tree"], other["tree"])
+        agreed, paths = self.encoded.agreed, self.encoded.paths
+        found = _first_difference(agreed["tree"], other["tree"])
         if found:
             where, a, b = found
             raise ProcessMismatchError(
                 f"{self.path}: {format_path(where)}: process 0 has {a!r:.120}, process {rank} has {b!r:.120}; "
                 "values that are not marked per-process must be the same on every process"
             )
-        mine, theirs = self.agreed["arrays"], other["arrays"]
+        mine, theirs = [ArrayInfo(*a) for a in agreed["arrays"]], [ArrayInfo(*a) for a in other["arrays"]]
         if len(mine) != len(theirs):
             raise ProcessMismatchError(
                 f"{self.path}: process {rank} has {len(theirs)} arrays, process 0 has {len(mine)}"
             )
         for i, (a, b) in enumerate(zip(mine, theirs)):
-            if a[:2] != b[:2] or (a[2] == "blocks") != (b[2] == "blocks"):
+            if (a.dtype, a.shape) != (b.dtype, b.shape) or (a.checksum is None) != (b.checksum is None):
                 raise ProcessMismatchError(
-                    f"{self.path}: {format_path(self.paths[i])}: process 0 has {a[0]}{a[1]}, "
-                    f"process {rank} has {b[0]}{b[1]}"
+                    f"{self.path}: {format_path(paths[i])}: process 0 has {a.dtype}{a.shape}, "
+                    f"process {rank} has {b.dtype}{b.shape}"
                 )
-            if a[2] != b[2]:
+            if a.checksum != b.checksum:
                 raise ProcessMismatchError(
-                    f"{self.path}: {format_path(self.paths[i])}: the replicated array {a[0]}{a[1]} differs between "
-                    f"process 0 and process {rank} (checksums {a[2]:x} and {b[2]:x}); replicated values must be "
-                    "equal on every process"
+                    f"{self.path}: {format_path(paths[i])}: the replicated array {a.dtype}{a.shape} differs between "
+                    f"process 0 and process {rank} (checksums {a.checksum:x} and {b.checksum:x}); replicated values "
+                    "must be equal on every process"
                 )
         raise ProcessMismatchError(f"{self.path}: process {rank}'s state differs from process 0's")
 
     # -- round 2: write, then process 0 publishes
 
-    def _write_and_publish(self, layout: dict):
+    def _write_and_publish(self, starts: list[int]):
         what = "writing blocks"
         try:
             if self.rank:
-                self._write_own_blocks(layout["starts"][self.rank])
+                self._write_own_blocks(starts[self.rank])
             else:
-                yield from self._write_region0()
+                self.region = yield from self._write_region0()
             message, error = {}, None
         except Exception as exc:
             if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
                 exc = write_error(self.path, f"{what} on process {self.rank}", exc)
             message, error = {"error": _error_message(exc)}, exc
         yield
-        timeout = write_timeout(self.comm.timeout, self.nbytes)
-        self._round(message, self._publish, what, error, timeout=timeout)
+        self._round(message, self._publish, what, error, writing=self.encoded.nbytes)
 
     def _write_own_blocks(self, start: int):
         if not self.temp.exists():
@@ -549,11 +620,12 @@ class _TogetherWrite:
                 f"{self.temp}: process {self.rank} does not see the file process 0 created: the checkpoint "
                 "directory must be on a file system shared by all processes"
             )
-        offsets, _ = _block_offsets(start, [len(payload) for *_, payload, _digest in self.own_blocks])
+        blocks: list[PreparedBlock] = self.encoded.own_blocks
+        offsets, _ = _block_offsets(start, [len(b.payload) for b in blocks])
         fd = os.open(self.temp, os.O_WRONLY)
         try:
-            for (_i, _start, _codec, payload, _digest), offset in zip(self.own_blocks, offsets):
-                view = memoryview(payload)
+            for block, offset in zip(blocks, offsets):
+                view = memoryview(block.payload)
                 while view.nbytes:
                     n = os.pwrite(fd, view, offset)
                     view, offset = view[n:], offset + n
@@ -562,23 +634,41 @@ class _TogetherWrite:
             os.close(fd)
 
     def _write_region0(self):
+        layout, encoded = self.layout, self.encoded
         others: dict[int, list] = {}  # array -> index entries of the other processes' blocks, in process order
-        for r, m in enumerate(self.messages[1:], 1):
-            for (i, start, shape, stored, codec, digest), offset in zip(m["blocks"], self.offsets[r]):
-                entry = {"start": start, "shape": shape, "offset": offset, "stored": stored, "codec": codec}
-                others.setdefault(i, []).append({**entry, "checksum": digest})
-        self.index, self.end = yield from _write_region0_steps(
-            self.file, self.region0, self.arrays, others, self.own_blocks, self.replicated_checksums, self.common
+        for r, m in enumerate(layout.messages[1:], 1):
+            for note, offset in zip(map(_note, m["blocks"]), layout.offsets[r]):
+                others.setdefault(note.array, []).append(
+                    {
+                        "start": note.start,
+                        "shape": note.shape,
+                        "offset": offset,
+                        "stored": note.stored,
+                        "codec": note.codec,
+                        "checksum": note.checksum,
+                    }
+                )
+        return (
+            yield from _write_region0_steps(
+                self.file,
+                layout.region0,
+                encoded.arrays,
+                others,
+                encoded.own_blocks,
+                encoded.replicated_checksums,
+                encoded.common,
+            )
         )
 
     def _publish(self, messages: list[dict]) -> dict:
         self._raise_first_error(messages, "writing blocks")
         f, self.file = self.file, None
+        index, end = self.region
         try:
             meta_all = {**self.meta, "process_count": self.size}
-            f.seek(self.end)
-            merged = _merge_per_process(self.encoded, [m["per_process"] for m in self.messages])
-            _finish(f, self.end, merged, self.index, meta_all)
+            f.seek(end)
+            merged = _merge_per_process(self.encoded.tree, [m["per_process"] for m in self.layout.messages])
+            _finish(f, end, merged, index, meta_all)
             f.flush()
             os.fsync(f.fileno())
             f.close()
@@ -601,19 +691,19 @@ class _TogetherWrite:
             rank, message = failed[0]
             raise DistributedSaveError(f"{self.path}: save failed on process {rank} while {what}: {message}")
 
-    def _round(self, message: dict, decide, what, error=None, timeout=None):
+    def _round(self, message: dict, decide, what, error=None, writing: int = 0):
         """A round of msgpack messages; a process that failed here raises its
         own error, the others the one process 0 decided."""
 
         def decide_bytes(raw: list[bytes]) -> bytes:
             return msgpack.packb(decide([msgpack.unpackb(m, raw=False, strict_map_key=False) for m in raw]))
 
-        answer = self._round_bytes(msgpack.packb(message, use_bin_type=True), decide_bytes, what, error, timeout)
+        answer = self._round_bytes(msgpack.packb(message, use_bin_type=True), decide_bytes, what, error, writing)
         return msgpack.unpackb(answer, raw=False, strict_map_key=False)
 
-    def _round_bytes(self, message: bytes, decide, what, error=None, timeout=None) -> bytes:
+    def _round_bytes(self, message: bytes, decide, what, error=None, writing: int = 0) -> bytes:
         try:
-            return self.comm.round(message, decide, what=what, timeout=timeout)
+            return self.comm.round(message, decide, what=what, writing=writing)
         except Exception as exc:
             if error is not None and not isinstance(exc, PeerLostError):
                 raise error from None  # this process's own error, not process 0's report of it
@@ -622,6 +712,12 @@ class _TogetherWrite:
             if isinstance(exc, NkserdeError) and not str(exc).startswith(str(self.path)):
                 raise type(exc)(f"{self.path}: {exc}") from None
             raise
+
+
+def _note(raw: list) -> BlockNote:
+    """A :class:`BlockNote` from a round-1 message (process 0's own list it
+    made, or one another process sent: its fields checked by their use)."""
+    return BlockNote(*raw)
 
 
 def _write_region0_steps(f, region0, arrays, others, own_blocks, checksums, common):
@@ -634,8 +730,8 @@ def _write_region0_steps(f, region0, arrays, others, own_blocks, checksums, comm
     position = region0
     f.seek(region0)
     mine: dict[int, list] = {}
-    for i, start, block in own_blocks:
-        mine.setdefault(i, []).append((start, block))
+    for block in own_blocks:  # OwnBlock
+        mine.setdefault(block.array, []).append((block.start, block.data))
     for i, array in enumerate(arrays):
         if i >= common and isinstance(array, GlobalArray):
             raise TypeError("a value recorded by process 0 alone cannot hold an array spread over processes")
