@@ -266,4 +266,4 @@ def test_a_short_torture(tmp_path):
     import torture
 
     totals = torture.torture(tmp_path, interruptions=6, seed=29, chains=2)
-    assert totals["chains"] == 2
+    assert totals["interruptions"] >= 6 and totals["chains"] >= 2

@@ -44,14 +44,15 @@ def exit_is_expected(signum: int, code: int, finished: bool) -> bool:
 
 
 def chain(runner: Runner, workdir: Path, rng: random.Random, interruptions: int, options, window) -> dict:
-    """Runs the script in ``workdir`` until it ends, interrupting the first
-    ``interruptions`` runs at a random moment within ``window`` seconds of
-    their start. Returns what happened."""
+    """Runs the script in ``workdir`` until it ends: each run is signalled
+    at a random moment within ``window`` seconds of its start, until
+    ``interruptions`` signals reached a live run (a run that ended first
+    does not count); the last run goes to the end. Returns what happened."""
     stats = Counter()
     env = {"CKPT_STEP_SECONDS": str(STEP_SECONDS)}
-    for i in range(interruptions + 1):
+    for _ in range(4 * interruptions + 1):  # runs that end before the signal end the chain early
         process = runner.start("vmc", workdir, *options, env=env)
-        if i == interruptions:
+        if stats["interruptions"] >= interruptions:
             code = process.finish()
             stats["final runs"] += 1
             if code != 0 or not process.find(r"finished step_count=\d+ t=.*"):
@@ -76,7 +77,7 @@ def chain(runner: Runner, workdir: Path, rng: random.Random, interruptions: int,
                     f"{signal.Signals(signum).name}: exit {code} (finished: {finished}):\n{process.output[-3000:]}"
                 )
         if finished:
-            stats["chains that finished early"] += 1
+            stats["chains that finished before their last interruption"] += 1
             break
         if "resumed_from None" not in process.output and any("resumed_from" in line for line in process.lines):
             stats["resumes"] += 1
@@ -84,30 +85,41 @@ def chain(runner: Runner, workdir: Path, rng: random.Random, interruptions: int,
 
 
 def torture(root: Path, interruptions: int, seed: int, chains: int | None = None) -> dict:
-    """``interruptions`` in all, over chains of about 5 each (or ``chains``);
-    raises AssertionError if a chain ends otherwise than the straight run."""
+    """At least ``interruptions`` signals that reached a live run, over
+    chains of about 5 each (or ``chains`` chains; more if chains end before
+    their share); raises AssertionError if a chain ends otherwise than the
+    straight run. The moments are drawn over the length of a run whose
+    compiled code is cached, as the reruns' is."""
     runner = Runner(root / "jax-cache")
     try:
         reference_dir = root / "reference"
         reference_dir.mkdir(parents=True)
+        env = {"CKPT_STEP_SECONDS": str(STEP_SECONDS)}
+        runner.run_to_end("vmc", reference_dir, "--mode", "plain", env=env)  # compiles, fills the cache
+        warm_dir = root / "warm"
+        warm_dir.mkdir()
         started = time.monotonic()
-        runner.run_to_end("vmc", reference_dir, "--mode", "plain", env={"CKPT_STEP_SECONDS": str(STEP_SECONDS)})
-        window = (0.2, 1.2 * (time.monotonic() - started))
+        runner.run_to_end("vmc", warm_dir, "--mode", "checkpointed", env=env)
+        window = (0.2, time.monotonic() - started)
         reference = Outcome(reference_dir)
         rng = random.Random(seed)
-        chains = chains or max(1, round(interruptions / 5))
-        per_chain = [interruptions // chains + (1 if c < interruptions % chains else 0) for c in range(chains)]
+        share = max(1, round(interruptions / chains)) if chains else 5
         totals: Counter = Counter()
-        for c, count in enumerate(per_chain):
+        c = 0
+        while totals["interruptions"] < interruptions:
+            if c > 4 * interruptions:
+                raise AssertionError(f"after {c} chains, {totals['interruptions']} signals reached a live run")
             every, writer = SETTINGS[c % len(SETTINGS)]
             workdir = root / f"chain-{c}"
             workdir.mkdir()
+            count = min(share, interruptions - totals["interruptions"])
             stats = chain(runner, workdir, rng, count, ["--mode", "checkpointed", "--every", every, *writer], window)
             problems = end_differences(workdir, reference)
             if problems:
                 raise AssertionError(f"chain {c} (every={every} {writer}) ended otherwise:\n" + "\n".join(problems))
             totals.update(stats)
             totals["chains"] += 1
+            c += 1
         totals["window seconds"] = round(window[1], 1)
         return dict(totals)
     finally:
