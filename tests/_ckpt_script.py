@@ -13,6 +13,7 @@ or ``plain`` (no checkpoint: the reference). The run logs to
 writes the final parameters, step count and time to ``WORKDIR/result.npz``.
 
 It prints, one line each, flushed:
+    imported                     once its imports are done
     resumed_from <step|None> params <digest>
                                  when the run starts, after the Checkpoint's
                                  on_run_start: where it resumed, and a
@@ -72,6 +73,8 @@ import nkserde
 import nkserde.format.writer
 
 import builders  # tests/ is sys.path[0]: this script lives there
+
+print("imported", flush=True)  # a signal before this line meets the interpreter and its C extensions alone
 
 AMOUNT = {"vmc": 8, "vmc_sr": 8, "tdvp": 0.08, "vmc_monitor": 8, "vmc_numpy_complex": 8}
 BUILD = {
