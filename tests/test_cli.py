@@ -572,16 +572,21 @@ def test_diff_of_two_identical_runs_leaves_the_wall_clock_out(tmp_path):
     a, b = tmp_path / "a" / "step-0000000002.nks", tmp_path / "b" / "step-0000000002.nks"
     code, data = run_json("diff", a, b, "--atol", "1e-12")
     assert code == 0 and data["same"]
-    history = nkserde.load_state_dict(a)["loggers"]["RuntimeLog#0"]["history"]
+    # the histories are compared whole, read from the history log as a resume reads them
+    from nkserde.checkpoint import histories
+
+    history = histories.resolve(a, nkserde.load_state_dict(a))["loggers"]["RuntimeLog#0"]["history"]
     (i,) = [i for i, series in enumerate(history) if series["path"] == ["wallclock"]]
-    assert data["exclude"] == [f"loggers/RuntimeLog#0/history/{i}"]
+    assert data["exclude"] == [f"loggers/RuntimeLog#0/history/{i}", "history"]
     assert f"loggers/RuntimeLog#0/history/{i}/columns/value" in data["excluded"]
+    assert f"loggers/RuntimeLog#0/history/{(i + 1) % len(history)}/columns/value" not in data["excluded"]
+    assert "history/id" in data["excluded"]  # a random id per log: differs in two identical runs
     code, out, _ = run("diff", a, b)
     assert code == 0 and out.splitlines()[-1] == "same"
-    assert f"left out: {len(data['excluded'])} entries under loggers/RuntimeLog#0/history/{i}" in out
+    assert f"left out: {len(data['excluded'])} entries under loggers/RuntimeLog#0/history/{i}, history" in out
     code, data = run_json("diff", a, b, "--wall-clock")
     assert code == 1 and [c["path"] for c in data["changed_values"]] == [
         f"loggers/RuntimeLog#0/history/{i}/columns/value"
     ]
     code, data = run_json("diff", a, b, "--wall-clock", "--exclude", "loggers/*")
-    assert code == 0 and data["same"] and all(p.startswith("loggers/") for p in data["excluded"])
+    assert code == 0 and data["same"] and all(p.startswith(("loggers/", "history/")) for p in data["excluded"])

@@ -484,12 +484,20 @@ def cmd_diff(args) -> int:
         out.wrapped(
             f"left out: {len(result['excluded'])} entries under "
             + ", ".join(result["exclude"])
-            + ("" if args.wall_clock else " (a logged wall-clock series is not state: --wall-clock compares it)"),
+            + _not_state(args.wall_clock, "history" in result["exclude"]),
             2,
         )
     n = sum(len(result[k]) for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values", "changed_scalars"))
     out.line("same" if result["same"] else f"{n} differences", "green" if result["same"] else "bold red")
     return 0 if result["same"] else 1
+
+
+def _not_state(wall_clock: bool, history: bool) -> str:
+    """Why diff left out what it did by itself."""
+    reasons = ([] if wall_clock else ["a logged wall-clock series (--wall-clock compares it)"]) + (
+        ["history, which history log and where it ended"] if history else []
+    )
+    return f" (not state: {'; '.join(reasons)})" if reasons else ""
 
 
 def _layout(x: dict) -> str:

@@ -22,7 +22,15 @@ from ..placement import ProcessValues
 def _read(path: Path, kept: list):
     if path.is_dir():
         path = directory.newest_verified(path)
-    return path, current_state_dict(path, kept=kept)
+    state = current_state_dict(path, kept=kept)
+    if checkpoint_file.is_checkpoint(state) and state.get(checkpoint_file.HISTORY) is not None:
+        # layout 2: the loggers' histories are in the directory's history
+        # log; compare them whole, as a resume restores them (this imports
+        # NetKet: diff is no header-only command)
+        from ..checkpoint import histories
+
+        state = histories.resolve(path, state)
+    return path, state
 
 
 def flatten(state, path=(), out=None) -> dict:
@@ -142,7 +150,9 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wa
     ``kept_versions`` lists objects left at their stored schema version
     because their migration needs a template. Paths matching a pattern of
     ``exclude`` (or under one) are left out, and so are the wall-clock
-    series of logger histories unless ``wall_clock``: they are listed in
+    series of logger histories unless ``wall_clock``, and a checkpoint's
+    reference to its history log (``history``; the histories themselves
+    are read from the log and compared whole): they are listed in
     ``excluded``; ``exclude`` is every pattern applied."""
     sides = {}
     for name, path in (("a", Path(path_a)), ("b", Path(path_b))):
@@ -154,6 +164,10 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wa
         sa = sa[checkpoint_file.DRIVER] if checkpoint_file.is_checkpoint(sa) else sa
         sb = sb[checkpoint_file.DRIVER] if checkpoint_file.is_checkpoint(sb) else sb
     patterns = list(exclude) + ([] if wall_clock else sorted(set(wall_clock_series(sa) + wall_clock_series(sb))))
+    if checkpoint_file.is_checkpoint(sa) and checkpoint_file.is_checkpoint(sb):
+        # where the history log ended and which log it is (a random id, a
+        # chained checksum of its records): the log's bookkeeping, not state
+        patterns.append(checkpoint_file.HISTORY)
     flat_a, flat_b = flatten(sa), flatten(sb)
     left_out = sorted({p for p in [*flat_a, *flat_b] if excluded(p, patterns)})
     flat_a = {p: v for p, v in flat_a.items() if p not in left_out}
