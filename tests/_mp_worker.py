@@ -390,8 +390,13 @@ def save_failing(file, failing_rank, how):
 def peer_dies(when, file):
     import time
 
+    from jax.experimental import multihost_utils
+
     driver = vmc()
     nkserde.save(driver, file)
+    # all meet here, so that on a loaded machine the survivors reach the
+    # save together and only process 1 is missing from it
+    multihost_utils.sync_global_devices("peer-dies")
     if rank == 1:
         if when == "before":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -418,6 +423,12 @@ def peer_dies(when, file):
         temps=np.asarray(temps or [""]),
     )
     print(f"done {action} rank {rank}: {error}", flush=True)
+    if rank == 0:  # it hosts the coordination service: the others must have written first
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+            (workdir / f"rank-{r}.npz").exists() for r in range(n_processes) if r != 1
+        ):
+            time.sleep(0.1)
     # JAX's shutdown at exit waits for the dead process (until its heartbeat
     # timeout): what happens after the error is not what this tests
     os._exit(0)

@@ -290,19 +290,19 @@ def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cach
 def test_a_peer_that_dies_is_named_within_the_timeout(cache, tmp_path, when, what):
     """Process 1 is SIGKILLed before a save or while it writes its blocks:
     the others raise PeerLostError naming it after NKSERDE_PEER_TIMEOUT
-    (here 4 s, plus the allowance for the bytes being written), not after
+    (here 8 s, plus the allowance for the bytes being written), not after
     JAX's 10-minute waits; the file saved before still verifies and no
     temporary file is left."""
     file = tmp_path / "files" / "driver.nks"
     file.parent.mkdir()
-    env = {"NKSERDE_PEER_TIMEOUT": "4"}
+    env = {"NKSERDE_PEER_TIMEOUT": "8"}  # a loaded 2-core machine runs three processes and the rest
     launch(3, ["peer-dies", tmp_path, when, file], jax_cache=cache, env=env, expect_failure=True)
     for r in (0, 2):
         got = np.load(tmp_path / f"rank-{r}.npz")
         error = str(got["error"])
         assert error.startswith("PeerLostError") and "process 1 did not reach" in error and what in error, error
         assert list(got["missing"]) == [1], error
-        assert 4 <= float(got["elapsed"]) < 30, float(got["elapsed"])
+        assert 8 <= float(got["elapsed"]) < 40, float(got["elapsed"])
         assert list(got["temps"]) == [""], list(got["temps"])  # listed by process 0 after its save
 
 

@@ -94,23 +94,25 @@ def chain(runner: Runner, workdir: Path, rng: random.Random, interruptions: int,
     return dict(stats)
 
 
-def torture(root: Path, interruptions: int, seed: int, chains: int | None = None) -> dict:
+def torture(root: Path, interruptions: int, seed: int, chains: int | None = None, window=None) -> dict:
     """At least ``interruptions`` signals that reached a live run, over
     chains of about 5 each (or ``chains`` chains; more if chains end before
     their share); raises AssertionError if a chain ends otherwise than the
-    straight run. The moments are drawn over the length of a run whose
-    compiled code is cached, as the reruns' is."""
+    straight run. The moments are drawn within ``window`` seconds of a
+    run's start, by default over the length of a run whose compiled code
+    is cached, as the reruns' is (measured: one run more)."""
     runner = Runner(root / "jax-cache")
     try:
         reference_dir = root / "reference"
         reference_dir.mkdir(parents=True)
         env = {"CKPT_STEP_SECONDS": str(STEP_SECONDS)}
         runner.run_to_end("vmc", reference_dir, "--mode", "plain", env=env)  # compiles, fills the cache
-        warm_dir = root / "warm"
-        warm_dir.mkdir()
-        started = time.monotonic()
-        runner.run_to_end("vmc", warm_dir, "--mode", "checkpointed", env=env)
-        window = (0.2, time.monotonic() - started)
+        if window is None:
+            warm_dir = root / "warm"
+            warm_dir.mkdir()
+            started = time.monotonic()
+            runner.run_to_end("vmc", warm_dir, "--mode", "checkpointed", env=env)
+            window = (0.2, time.monotonic() - started)
         reference = Outcome(reference_dir)
         rng = random.Random(seed)
         share = max(1, round(interruptions / chains)) if chains else 5
