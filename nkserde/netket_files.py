@@ -154,12 +154,17 @@ def _mc_state(template, state, variables):
     new.reset()
     new.variables = _variables(template.variables, variables)
     for name in ("n_samples", "n_discard_per_chain", "chunk_size"):
-        if name in state and state[name] != getattr(template, name):
-            value = state[name]
-            valid = value is None if name == "chunk_size" else False
-            valid = valid or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 53)
-            if not valid:
-                raise TemplateMismatchError(f"{name}: the file has {value!r}"[:200] + ", not a count")
+        if name not in state:
+            continue
+        value = state[name]
+        if isinstance(value, (np.ndarray, np.generic)) and value.ndim == 0 and np.issubdtype(value.dtype, np.integer):
+            value = int(value)  # a count flax stored as a numpy scalar
+        # checked before it is compared: an array would compare elementwise
+        valid = value is None if name == "chunk_size" else False
+        valid = valid or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 53)
+        if not valid:
+            raise TemplateMismatchError(f"{name}: the file has {value!r}"[:200] + ", not a count")
+        if value != getattr(template, name):
             try:
                 setattr(new, name, value)
             except (ValueError, TypeError) as exc:  # NetKet's own checks (e.g. n_samples=0)

@@ -155,7 +155,9 @@ def test_kept_crash_inputs_of_netket_files(case, netket_templates, tmp_path):
     """variables-not-a-map: AttributeError; zip-version-not-implemented:
     zipfile's NotImplementedError; null-parameter: NetKet's
     ParameterMismatchError; sampler-state-key-not-text: a TypeError sorting
-    int and str keys for an error message (each before its fix)."""
+    int and str keys for an error message; count-an-array: an array where
+    n_samples belongs, compared with the template's count before it was
+    checked (ValueError: the truth value of an array) (each before its fix)."""
     path = tmp_path / case
     path.write_bytes((FUZZ / "regressions_netket" / case).read_bytes())
     assert targets.read_netket_file(path, netket_templates, tmp_path) is None
