@@ -147,18 +147,24 @@ def runs(directory: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def check(path: Path) -> None:
+    """Returns if the file verifies (every checksum, the structure, the
+    load limits) and the logger histories a checkpoint keeps in the
+    directory's history logs with it (every record up to its position,
+    every checksum and the chain); raises what is wrong
+    (CorruptFileError, UnsupportedVersionError, FileReadError, OSError)."""
+    header = fileformat.drain(fileformat.verify_steps(Path(path)))
+    position = checkpoint_file.history_position(header["tree"])
+    if position is not None:
+        read_history(Path(path).parent, position, decode=False)
+
+
 def problem(path: Path) -> str | None:
-    """None if the file verifies (every checksum, the structure), and the
-    logger histories a checkpoint keeps in the directory's history logs
-    with it (every record up to its position, every checksum and the
-    chain), else what is wrong, in one line."""
+    """None if :func:`check` passes, else what is wrong, in one line."""
     try:
-        header = fileformat.drain(fileformat.verify_steps(Path(path)))
-        position = checkpoint_file.history_position(header["tree"])
-        if position is not None:
-            read_history(Path(path).parent, position, decode=False)
+        check(path)
         return None
-    except (NkserdeError, OSError) as exc:  # CorruptFileError, UnsupportedVersionError, FileReadError
+    except (NkserdeError, OSError) as exc:
         return " ".join(str(exc).split())
 
 
@@ -166,16 +172,30 @@ def verifies(path: Path) -> bool:
     return problem(path) is None
 
 
-def latest(directory: Path, *, warn: bool = False) -> Path | None:
-    """The newest checkpoint in ``directory`` that verifies, or None.
-    ``warn``: say which damaged ones were skipped."""
+def resume_file(directory: Path, read=check, *, warn: bool = False) -> tuple[Path, object] | None:
+    """The one rule for which checkpoint a resume takes: the newest
+    ``step-*.nks`` in ``directory`` that ``read`` accepts, as (path, what
+    ``read`` returned), or None. ``read`` is :func:`check` (``nkserde ls``,
+    ``nkserde.load`` of a directory) or a load that checks as much (a
+    Checkpoint's resume); NkserdeError and OSError from it skip the file,
+    with a warning when ``warn``."""
     for step in reversed(steps(directory)):
         path = step_path(directory, step)
-        if verifies(path):
-            return path
-        if warn:
-            warnings.warn(f"nkserde: skipping damaged checkpoint {path}", stacklevel=outside())
+        try:
+            return path, read(path)
+        except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new, over a limit
+            if warn:
+                message = " ".join(str(exc).split())
+                warnings.warn(f"nkserde: skipping checkpoint {path}: {message}", stacklevel=outside())
     return None
+
+
+def latest(directory: Path, *, warn: bool = False) -> Path | None:
+    """The newest checkpoint in ``directory`` that verifies, or None
+    (:func:`resume_file` with :func:`check`). ``warn``: say which damaged
+    ones were skipped."""
+    found = resume_file(directory, warn=warn)
+    return None if found is None else found[0]
 
 
 def newest_verified(directory: Path) -> Path:
@@ -290,6 +310,10 @@ class RunDirectory:
     def latest(self) -> Path | None:
         """Path of the newest checkpoint that verifies, or None."""
         return latest(self.path)
+
+    def resume_file(self, read=check, *, warn: bool = False) -> tuple[Path, object] | None:
+        """:func:`resume_file` in this directory."""
+        return resume_file(self.path, read, warn=warn)
 
     @property
     def fingerprint_path(self) -> Path:

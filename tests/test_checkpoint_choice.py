@@ -112,3 +112,29 @@ def test_a_fingerprint_without_a_version_is_not_compared_and_replaced(tmp_path):
     files = _files(tmp_path, steps=(5,), fp={"driver": "VMC", "n_samples": "256"})
     path, _ = _choose(files)
     assert path == files.step_path(5) and files.read_fingerprint() == RUN
+
+
+def test_a_resume_ls_and_load_agree_on_a_checkpoint_over_the_load_limit(tmp_path):
+    # the newest checkpoint reads cleanly but holds more than this process
+    # may load: a resume skips it, so ls must not mark it and nkserde.load of
+    # the directory must take the same older one
+    from nkserde.cli.listing import listing
+
+    files = RunDirectory(tmp_path)
+    nkserde.save({"step": np.int64(5), "x": np.zeros(8)}, files.step_path(5))
+    nkserde.save({"step": np.int64(10), "x": np.zeros(1 << 16)}, files.step_path(10))
+    files.write_fingerprint(RUN)
+    nkserde.set_load_limits(max_load_bytes=1 << 12)
+    try:
+        with pytest.warns(UserWarning, match=r"skipping checkpoint .*step-0000000010.*limit"):
+            path, _ = _choose(files)
+        (run,) = listing(tmp_path)
+        with pytest.warns(UserWarning, match=r"skipping checkpoint .*step-0000000010"):
+            loaded = nkserde.load({"step": np.int64(0), "x": np.zeros(8)}, tmp_path)
+    finally:
+        nkserde.set_load_limits()  # back to the environment's or default limits
+    assert path == files.step_path(5)
+    assert run["resume"] == path.name
+    assert [c["resume"] for c in run["checkpoints"]] == [True, False]
+    assert "limit" in run["checkpoints"][1]["problem"]
+    assert int(loaded["step"]) == 5

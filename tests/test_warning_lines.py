@@ -47,7 +47,7 @@ def test_a_damaged_checkpoint_skipped_by_load_is_shown_at_the_load(run_directory
         warnings.simplefilter("always")
         line = _line() + 1
         nkserde.load(builders.vmc(), run_directory)
-    assert _shown(record, "skipping damaged checkpoint") == (__file__, line)
+    assert _shown(record, "skipping checkpoint") == (__file__, line)
 
 
 def test_a_damaged_checkpoint_skipped_by_a_resume_is_shown_at_the_run(run_directory, tmp_path):

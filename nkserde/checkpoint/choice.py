@@ -4,10 +4,8 @@ run. Knows files and fingerprints (no NetKet objects)."""
 from __future__ import annotations
 
 import logging
-import warnings
 from pathlib import Path
 
-from .._warnings import outside
 from .. import api
 from .._log import say
 from ..directory import RunDirectory
@@ -65,18 +63,19 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every)
             )
         if not run_fingerprint.comparable(saved):
             say(f"{directory}: fingerprint.json was written by an older nkserde; not compared")
-    for step in reversed(existing):
-        path = files.step_path(step)
-        try:
-            state = api.load_state_dict(path)  # read whole: verified
-            state = histories.resolve(path, state)  # its loggers' histories from the history log, verified
-        except (NkserdeError, OSError) as exc:  # damaged, unreadable (EIO), too new
-            warnings.warn(f"nkserde: skipping checkpoint {path}: {exc}", stacklevel=outside())
-            continue
+    found = files.resume_file(_read_whole, warn=True)
+    if found is not None:
         if resume == "force" or saved.get("fingerprint_version") != current.get("fingerprint_version"):
             files.write_fingerprint(current)  # an older version (compared or not) is replaced by today's
-        return path, state
+        return found
     if resume == "must":
         raise NkserdeError(f"{directory}: no checkpoint verifies; nothing to resume")
     files.write_fingerprint(current)
     return None
+
+
+def _read_whole(path: Path) -> dict:
+    """The checkpoint's state dict, read whole (every checksum verified) with
+    its loggers' histories from the history log: the read
+    :func:`nkserde.directory.check` stands for."""
+    return histories.resolve(path, api.load_state_dict(path))

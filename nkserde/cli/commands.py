@@ -851,7 +851,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     def warn(message, category, filename, lineno, file=None, line=None):
-        # e.g. "skipping damaged checkpoint ...": one line, like the errors
+        # e.g. "skipping checkpoint ...: why": one line, like the errors
         print(f"nkserde {args.command}: warning: {_one_line(message)}", file=sys.stderr)
 
     with warnings.catch_warnings():

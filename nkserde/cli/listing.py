@@ -153,6 +153,7 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
     out = []
     for run, path in directory_layout.checkpoint_directories(directory):
         checkpoints = []
+        failures = {}  # file -> what directory.check raised for it
         for step in directory_layout.steps(path):
             file = directory_layout.step_path(path, step)
             entry = {
@@ -164,8 +165,12 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
                 "resume": False,
             }
             if verify:
-                entry["problem"] = directory_layout.problem(file)
-                entry["verifies"] = entry["problem"] is None
+                try:
+                    directory_layout.check(file)
+                except (NkserdeError, OSError) as exc:
+                    failures[file] = exc
+                    entry["problem"] = " ".join(str(exc).split())
+                entry["verifies"] = file not in failures
             try:
                 entry.update(summary(file))
             except (NkserdeError, OSError) as exc:
@@ -176,7 +181,15 @@ def listing(directory: Path, *, verify: bool = True) -> list[dict]:
                     )
                 )
             checkpoints.append(entry)
-        picked = next((c for c in reversed(checkpoints) if c["verifies"]), None)
+        picked = None
+        if verify:
+
+            def checked(file, failures=failures):  # directory.check's outcome, already known
+                if file in failures:
+                    raise failures[file]
+
+            found = directory_layout.resume_file(path, checked)  # the rule a resume applies
+            picked = next((c for c in checkpoints if found and c["file"] == found[0].name), None)
         if picked is not None:
             picked["resume"] = True
         logs = directory_layout.history_files(path)
