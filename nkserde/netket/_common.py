@@ -111,13 +111,6 @@ def replace_record(template, restored: dict):
     return dataclasses.replace(template, **restored)
 
 
-def pytree_fields(cls) -> tuple[str, ...]:
-    """The fields of a NetKet ``struct.Pytree`` class that NetKet marks
-    serializable."""
-    skip = set(cls._pytree__noserialize_fields) | {"_pytree__node_fields"}
-    return tuple(f for f in cls._pytree__fields if f not in skip)
-
-
 # Run state is what a later step depends on and the run changes: a random
 # generator or key. A field the fallback does not store (NetKet marks it
 # not serializable, or not a pytree node) holding one would make a resumed

@@ -22,7 +22,8 @@ import netket as nk
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import find, module_path, pytree_fields, refusing_to_drop_run_state, register_attributes
+from . import internals
+from ._common import find, module_path, refusing_to_drop_run_state, register_attributes
 
 _CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22
 
@@ -125,7 +126,7 @@ def stateful(callback) -> bool:
 
 
 def _state_fields(cls) -> tuple[str, ...]:
-    return tuple(f for f in pytree_fields(cls) if f.startswith("_")) if issubclass(cls, Pytree) else ()
+    return tuple(f for f in internals.serialized_fields(cls) if f.startswith("_")) if issubclass(cls, Pytree) else ()
 
 
 def _callback_rule(cls):
@@ -138,8 +139,8 @@ def _callback_rule(cls):
         and issubclass(cls, Pytree)
     ):
         return None
-    fields, state = pytree_fields(cls), _state_fields(cls)
-    dropped = tuple(f for f in cls._pytree__fields if f not in fields and f != "_pytree__node_fields")
+    fields, state = internals.serialized_fields(cls), _state_fields(cls)
+    dropped = tuple(f for f in internals.pytree_fields(cls) if f not in fields)
 
     def from_state(template, restored):
         return template.replace(**{f: restored[f] for f in state})

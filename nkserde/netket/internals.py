@@ -19,11 +19,26 @@ import netket as nk
 # ------------------------------------------------------------------ pytrees
 
 
-def pytree_fields(cls):
-    """The field names of a NetKet Pytree class, in order (the keys of
+def pytree_fields(cls) -> tuple[str, ...] | None:
+    """Every field name of a NetKet Pytree class, in order (the keys of
     ``_pytree__fields``, 3.21 to 3.23), or None for any other class."""
     fields = getattr(cls, "_pytree__fields", None)
-    return tuple(fields) if isinstance(fields, Mapping) else None
+    if not isinstance(fields, Mapping):
+        return None
+    # "_pytree__node_fields" is NetKet's bookkeeping, not a field (never among
+    # a class's fields in 3.21 to 3.23; left out wherever it would show up)
+    return tuple(f for f in fields if f != "_pytree__node_fields")
+
+
+def serialized_fields(cls) -> tuple[str, ...] | None:
+    """The fields of a NetKet Pytree class that NetKet marks serializable
+    (:func:`pytree_fields` but ``_pytree__noserialize_fields``, 3.21 to
+    3.23), in order, or None for any other class."""
+    fields = pytree_fields(cls)
+    if fields is None:
+        return None
+    skip = set(getattr(cls, "_pytree__noserialize_fields", ()))
+    return tuple(f for f in fields if f not in skip)
 
 
 # ------------------------------------------------------------------ drivers

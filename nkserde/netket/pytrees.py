@@ -22,7 +22,8 @@ import numpy as np
 from netket.utils.struct import Pytree
 
 from .. import registry
-from ._common import attributes, find, module_path, pytree_fields, refusing_to_drop_run_state, replace_record
+from . import internals
+from ._common import attributes, find, module_path, refusing_to_drop_run_state, replace_record
 
 
 def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_name=None):
@@ -139,8 +140,7 @@ _register_record(
 
 def _netket_pytree_rule(cls):
     if isinstance(cls, type) and issubclass(cls, Pytree):
-        fields = pytree_fields(cls)
-        every = tuple(f for f in cls._pytree__fields if f != "_pytree__node_fields")
+        fields, every = internals.serialized_fields(cls), internals.pytree_fields(cls)
     elif dataclasses.is_dataclass(cls) and cls.__module__.startswith("netket"):
         fields = tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("pytree_node", True))
         every = tuple(f.name for f in dataclasses.fields(cls))
