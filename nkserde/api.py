@@ -13,6 +13,7 @@ import jax
 
 from . import checkpoint_file, directory, file_info, partial_load, registry, tree
 from . import format as fileformat
+from .format.tree_codec import TYPE, VERSION
 from .errors import CorruptFileError, FileReadError, NkserdeError, TemplateMismatchError, UnsupportedVersionError
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
 from .placement import PerProcess, Primary
@@ -59,10 +60,10 @@ def _types(state, found: dict) -> dict:
     if isinstance(state, (PerProcess, Primary)):
         return _types(state.value, found)
     if isinstance(state, dict):
-        if isinstance(state.get(tree.TYPE), str):
-            version = state.get(tree.VERSION)
+        if isinstance(state.get(TYPE), str):
+            version = state.get(VERSION)
             # a file being migrated may hold anything there (an array): the metadata keeps ints
-            found[state[tree.TYPE]] = version if type(version) is int else None
+            found[state[TYPE]] = version if type(version) is int else None
         for v in state.values():
             _types(v, found)
     elif isinstance(state, list):
@@ -72,8 +73,8 @@ def _types(state, found: dict) -> dict:
 
 
 def _root_type(state, fallback: str) -> str:
-    if isinstance(state, dict) and tree.TYPE in state:
-        return state[tree.TYPE]
+    if isinstance(state, dict) and TYPE in state:
+        return state[TYPE]
     return fallback
 
 
@@ -232,7 +233,7 @@ def _what_to_do(template, state, where, path) -> str:
     (``at=``), a template of the file's type, or what matches
     (``strict=False``)."""
     reg = registry.lookup(type(template))
-    stored = state.get(tree.TYPE) if isinstance(state, dict) else None
+    stored = state.get(TYPE) if isinstance(state, dict) else None
     if isinstance(stored, str) and (reg is None or registry.resolve(stored) != reg.name):
         stored = registry.resolve(stored)
         if reg is not None and registry.transfer_fields(stored, reg.name) is not None:
@@ -245,7 +246,7 @@ def _what_to_do(template, state, where, path) -> str:
                 holds = f"a {wanted}"
                 if transfer:  # e.g. an MCState where the template is a FullSumState
                     node = functools.reduce(lambda n, k: n[k], places[0], state)
-                    kind = registry.resolve(node[tree.TYPE])
+                    kind = registry.resolve(node[TYPE])
                     holds = f"a {kind} (strict=False loads its shared fields into a {wanted})"
                 return (
                     f"; the file holds {holds} at " + " and ".join(f'"{at}"' for at in ats) + ": load that part "
@@ -276,7 +277,7 @@ def _places_like(template, reg, state, *, transfer: bool = False, limit: int = 3
         return []
 
     def fits(node: dict) -> bool:
-        stored = node.get(tree.TYPE)
+        stored = node.get(TYPE)
         if reg is None:  # a plain map with the template's keys
             return not isinstance(stored, str) and set(map(str, node)) == keys
         if not isinstance(stored, str):

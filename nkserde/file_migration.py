@@ -14,7 +14,8 @@ from . import api, checkpoint_file, file_info, registry, tree
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
 from .placement import ProcessValues
-from .tree import TYPE, VERSION
+from .format import tree_codec
+from .format.tree_codec import TYPE, VERSION
 
 
 def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
@@ -120,7 +121,7 @@ def _upgrade(node, path, kept=None):
         raise CorruptFileError(f"{format_path(path)}: malformed type name {node[TYPE]!r:.80}")
     name = registry.resolve(node[TYPE])
     reg, version = registry.lookup_name(name), node.get(VERSION)
-    fields = {k: v for k, v in node.items() if k not in (TYPE, VERSION)}
+    fields = tree_codec.fields_of(node)
     if reg is not None and isinstance(version, int) and not isinstance(version, bool):
         try:
             fields = registry.upgrade(name, version, fields, reg.version, path)

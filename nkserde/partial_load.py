@@ -14,9 +14,9 @@ import warnings
 from collections.abc import Callable, Mapping
 
 from ._warnings import outside
+from .format import tree_codec
 from .errors import NkserdeError, NoSuchPathError, format_path  # noqa: F401 (format_path: api)
 
-_MARKERS = ("@type", "@version")
 
 # what each kind of report entry means for the loaded object
 KINDS = {
@@ -118,7 +118,7 @@ def split(path) -> tuple[str, ...]:
 def children(node) -> list[str]:
     """The stored names one level below ``node`` (fields, keys, indices)."""
     if isinstance(node, dict):
-        return [str(k) for k in node if k not in _MARKERS]
+        return [str(k) for k in tree_codec.fields_of(node)]
     if isinstance(node, list):
         return [str(i) for i in range(len(node))]
     return []
@@ -130,7 +130,7 @@ def select(state, at, file="") -> tuple[object, tuple]:
     parts = split(at)
     node = state
     for i, part in enumerate(parts):
-        if isinstance(node, dict) and part in node and part not in _MARKERS:
+        if isinstance(node, dict) and part in node and part not in tree_codec.MARKERS:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
@@ -214,7 +214,7 @@ def apply_renames(state, rename, file="") -> tuple[object, dict]:
     _flatten(state, (), flat, lists)
     moved, out = {}, {}
     for path, value in flat.items():
-        if path and path[-1] in _MARKERS:  # markers move with their object
+        if path and path[-1] in tree_codec.MARKERS:  # markers move with their object
             parent = format_path(path[:-1]) if path[:-1] else ""
             new = split(fn(parent)) if parent else ()
             out[new + (path[-1],)] = value

@@ -25,7 +25,7 @@ from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
 from .format import tree_codec
-from .format.tree_codec import TYPE, VERSION  # noqa: F401  (tree.TYPE: the markers of a stored object)
+from .format.tree_codec import TYPE, VERSION
 from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable, full_index
 
 
@@ -294,7 +294,7 @@ def from_state_dict(template, state, path=()) -> Any:
 
 
 def _check_keys(path, state, keys, template):
-    found = {k for k in state if k not in (TYPE, VERSION)}
+    found = set(tree_codec.fields_of(state))
     missing, extra = sorted(set(keys) - found), sorted(found - set(keys))
     if _lenient():
         for k in missing:
@@ -333,7 +333,7 @@ def _restore_node(reg: registry.Registration, template, state, path):
             return _differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
-    fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
+    fields = tree_codec.fields_of(state)
     if version != (reg.version if shared is None else registry.lookup_name(name).version):
         fields = materialize(fields)  # migrations see numpy arrays
     if shared is not None:
@@ -647,7 +647,7 @@ def _build_node(state, path, to_jax):
     version = state.get(VERSION)
     if reg is None or reg.from_fields is None or not isinstance(version, int):
         raise mismatch(path, state, None, "a stored object needs a template object to load into")
-    fields = {k: v for k, v in state.items() if k not in (TYPE, VERSION)}
+    fields = tree_codec.fields_of(state)
     fields = registry.upgrade(reg.name, version, fields, reg.version, path)
     return reg.from_fields({k: _untemplated(v, path + (k,), to_jax) for k, v in fields.items()})
 

@@ -25,6 +25,7 @@ from .. import checkpoint_file, directory as directory_layout, file_info
 from .. import format as fileformat
 from ..errors import CorruptFileError, NkserdeError
 from ..format import foreign
+from ..format.tree_codec import TYPE, array_ref as _ref
 
 MAX_LISTED = 1000  # entries of a directory looked at for files NetKet wrote
 
@@ -43,16 +44,9 @@ def fingerprint_of(directory: Path) -> dict | None:
     return {"digest": hashlib.sha256(canonical).hexdigest()[:12], "fields": fields}
 
 
-def _ref(node):
-    """The array index of an encoded ``{"@array": i}``, else None."""
-    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get("@array"), int):
-        return node["@array"]
-    return None
-
-
 def _number(node, arrays):
     """A scalar stored in the header or as a 0-d array (read), as a float."""
-    if isinstance(node, dict) and "value" in node and "@type" in node:  # KahanSum
+    if isinstance(node, dict) and "value" in node and TYPE in node:  # KahanSum
         return _number(node["value"], arrays)
     if (i := _ref(node)) is not None:
         return float(np.real(arrays[i]).reshape(-1)[0]) if i in arrays and arrays[i].size else None
@@ -70,7 +64,7 @@ def _loss_series(loggers) -> tuple[str, dict] | None:
     if not isinstance(loggers, dict):
         return None
     for logger in loggers.values():
-        stub = isinstance(logger, dict) and logger.get("@type") == checkpoint_file.LOGGER_HISTORY
+        stub = isinstance(logger, dict) and logger.get(TYPE) == checkpoint_file.LOGGER_HISTORY
         history = logger.get("series" if stub else "history") if isinstance(logger, dict) else None
         for series in history if isinstance(history, list) else ():
             columns = series.get("last" if stub else "columns") if isinstance(series, dict) else None
@@ -133,7 +127,7 @@ def _summary(path: Path, header: dict) -> dict:
     return {
         "created": meta.get("created"),
         "process_count": meta.get("process_count"),
-        "driver": driver.get("@type") if isinstance(driver.get("@type"), str) else meta.get("root_type"),
+        "driver": driver.get(TYPE) if isinstance(driver.get(TYPE), str) else meta.get("root_type"),
         "completed_steps": completed if isinstance(completed, int) and not isinstance(completed, bool) else None,
         "time": _number(integrator.get("t"), arrays),
         "stopped": tree.get(checkpoint_file.STOPPED) if isinstance(tree.get(checkpoint_file.STOPPED), bool) else None,

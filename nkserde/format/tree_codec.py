@@ -34,6 +34,20 @@ MAX_DEPTH = 128
 # The keys that mark a registered object in a stored tree: its type name
 # and schema version (nkserde.tree writes them; readers tell objects by them)
 TYPE, VERSION = "@type", "@version"
+MARKERS = (TYPE, VERSION)
+
+
+def fields_of(node: dict) -> dict:
+    """The fields of a stored object ``{"@type", "@version", **fields}`` (or
+    of a plain dict: all its entries), in stored order."""
+    return {k: v for k, v in node.items() if k not in MARKERS}
+
+
+def array_ref(node) -> int | None:
+    """The array index of an encoded ``{"@array": i}``, else None."""
+    if isinstance(node, dict) and len(node) == 1 and isinstance(node.get(ARRAY), int):
+        return node[ARRAY]
+    return None
 
 
 def encode(
