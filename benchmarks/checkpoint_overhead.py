@@ -377,11 +377,15 @@ def table(results) -> str:
                 lags = [lag for r in rows for lag in r.get("lags", [])]
                 lag = f"{statistics.median(x[1] for x in lags):6.2f}/{max(x[1] for x in lags):6.2f}" if lags else ""
                 helped = f"{sum(1 for x in lags if x[0])}/{len(lags)}" if lags else ""
+                # the share of the run's steps spent waiting in the checkpoint's
+                # hooks: per checkpoint, over the steps between checkpoints
+                # (every=N: N steps; "auto": the run's steps over its checkpoints)
+                stall = wait * in_loop / plain_loop if in_loop else float("nan")
                 extra = (
                     f"{(total - plain_total) / plain_total * 100:8.1f}% {loop:8.3f} "
                     f"{(loop - plain_loop) / plain_loop * 100:7.1f}% {f'{in_loop}+{at_end}':>6s} "
                     f"{mb if mb is not None else float('nan'):7.3g} {wait * 1e3:12.1f} "
-                    f"{step * 1e3:8.1f} {wait / (option[0] * step) * 100:5.1f}% {lag:>13s} {helped:>7s}"
+                    f"{step * 1e3:8.1f} {stall * 100:5.1f}% {lag:>13s} {helped:>7s}"
                 )
             lines.append(f"{name:14s} {model['steps']:5d} {len(rows):3d} {label:14s} {total:8.3f} {extra}")
     return "\n".join(lines) + "\n\n" + "\n".join(notes)
@@ -710,12 +714,12 @@ def main(argv=None) -> int:
         f"\nfastest of the repeats (times), median (time in hooks); load average before "
         f"{env['loadavg_before'][0]:.2f}, after {env['loadavg_after'][0]:.2f}\n"
     )
-    print(table(results))
-
     default = HERE / "results" / f"checkpoint_overhead-{datetime.date.today().isoformat()}.json"
     out = Path(args.json) if args.json else default
     out.parent.mkdir(parents=True, exist_ok=True)
+    # written before the table: a table that fails loses no measurement
     out.write_text(json.dumps({"environment": env, "command": sys.argv, "results": results}, indent=1, default=str))
+    print(table(results))
     print(f"\nresults written to {out}")
     return 0
 
