@@ -14,7 +14,14 @@ import jax
 from . import checkpoint_file, directory, file_info, partial_load, registry, tree
 from . import format as fileformat
 from .format.tree_codec import TYPE, VERSION
-from .errors import CorruptFileError, FileReadError, NkserdeError, TemplateMismatchError, UnsupportedVersionError
+from .errors import (
+    CorruptFileError,
+    FileReadError,
+    NkserdeError,
+    TemplateMismatchError,
+    UnsupportedVersionError,
+    in_file,
+)
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
 from .placement import PerProcess, Primary
 
@@ -143,6 +150,19 @@ def check_storable(obj) -> None:
     tree.to_state_dict(obj, check_only=True)
 
 
+def is_registered(obj) -> bool:
+    """Whether ``obj``'s type has a registration (its own or a rule's):
+    whether a save stores it as an object of its type."""
+    return registry.lookup(type(obj)) is not None
+
+
+def stored_fields(type_name: str) -> tuple[str, ...]:
+    """The fields the registration of a stored type name declares (old
+    names resolved), or () if it declares none or the name is unknown."""
+    reg = registry.lookup_name(type_name)
+    return tuple(reg.fields or ()) if reg is not None else ()
+
+
 def load(template, path, *, at=None, strict: bool = True, rename=None, report: bool = False):
     """A new object shaped like ``template`` (built the same way as the saved
     object) with every number read from ``path``. The template is not
@@ -211,16 +231,13 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
     try:
         obj = tree.rebuild(template, state, where, report=log)
     except UnsupportedVersionError as exc:
-        raise type(exc)(f"{path}: {exc}{written_by(header.get('meta'))}") from None
+        raise in_file(exc, path, written_by(header.get("meta"))) from None
     except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
         raise  # raised by the reader: names the file already
     except TemplateMismatchError as exc:
-        message = str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}"
-        raise TemplateMismatchError(message + (_what_to_do(template, state, where, path) if strict else "")) from None
+        raise in_file(exc, path, _what_to_do(template, state, where, path) if strict else "") from None
     except NkserdeError as exc:
-        if str(exc).startswith(f"{path}:"):  # a lazy read's error names the file already
-            raise
-        raise type(exc)(f"{path}: {exc}") from None
+        raise in_file(exc, path) from None  # a lazy read's error names the file already
     if report:  # asked for: returned, not warned about
         return obj, log
     log.warn()

@@ -7,6 +7,8 @@ place inside an object names that place as a ``/``-separated path such as
 
 from __future__ import annotations
 
+import copy
+
 
 class NkserdeError(Exception):
     """Base class of every error nkserde raises on purpose."""
@@ -120,6 +122,24 @@ class PeerLostError(DistributedSaveError):
     def __init__(self, message: str, missing=()):
         super().__init__(message)
         self.missing = list(missing)
+
+
+def in_file(exc: NkserdeError, where, after: str = "", *, unless=None) -> NkserdeError:
+    """``exc`` again with its message led by ``where`` (a file, or a
+    directory and what was done there: ``f"{directory}: init_from={src}"``)
+    and followed by ``after``; the same type and attributes (``errno``,
+    ``directory``, ``changes``, ``missing``). A message that starts with
+    ``where`` already (or with ``unless``: e.g. the directory, whose other
+    file the message names) is not led again. Raise it ``from None``."""
+    message = str(exc)
+    named = any(p is not None and message.startswith(str(p)) for p in (where, unless))
+    text = (message if named else f"{where}: {message}") + after
+    new = copy.copy(exc)
+    if isinstance(new, OSError) and new.strerror is not None:  # _SystemError: str() is strerror
+        new.strerror, new.args = text, (new.errno, text)
+    else:
+        new.args = (text,)
+    return new
 
 
 def format_path(path) -> str:

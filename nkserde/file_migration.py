@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import api, checkpoint_file, file_info, registry, tree
 from . import format as fileformat
-from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path
+from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
 from .placement import ProcessValues
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
@@ -61,9 +61,9 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
     except MigrationError as exc:
         raise needs_template(src, exc, old_meta) from None
     except UnsupportedVersionError as exc:
-        raise type(exc)(f"{src}: {exc}{api.written_by(old_meta)}") from None
+        raise in_file(exc, src, api.written_by(old_meta)) from None
     except NkserdeError as exc:
-        raise type(exc)(f"{src}: {exc}") from None
+        raise in_file(exc, src) from None
     meta = {
         **api.new_meta(state, old_meta.get("root_type", "dict")),
         "process_count": old_meta.get("process_count", 1),
@@ -100,9 +100,9 @@ def current_state_dict(path, *, kept: list | None = None) -> object:
     except MigrationError as exc:
         raise needs_template(path, exc, header.get("meta")) from None
     except UnsupportedVersionError as exc:
-        raise type(exc)(f"{path}: {exc}{api.written_by(header.get('meta'))}") from None
+        raise in_file(exc, path, api.written_by(header.get("meta"))) from None
     except NkserdeError as exc:
-        raise type(exc)(f"{path}: {exc}") from None
+        raise in_file(exc, path) from None
 
 
 def _upgrade(node, path, kept=None):

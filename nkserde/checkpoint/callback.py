@@ -45,11 +45,11 @@ import netket as nk
 from netket.utils import struct
 
 from .._warnings import outside
-from .. import api, checkpoint_file, registry
+from .. import api, checkpoint_file
 from .._log import say
 from ..directory import RunDirectory, unusable
 from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
-from ..errors import NkserdeError, UnsupportedNetKetError
+from ..errors import NkserdeError, UnsupportedNetKetError, in_file
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
@@ -100,13 +100,13 @@ def _run_objects(extra_loggers) -> tuple[tuple, tuple]:
     loggers += [c for c in callbacks if run_loop.is_logger(c)]
     loggers = list({id(x): x for x in [*loggers, *extra_loggers]}.values())
     for logger in loggers:
-        if registry.lookup(type(logger)) is None:
+        if not api.is_registered(logger):
             warnings.warn(
                 f"nkserde: {type(logger).__name__} is not checkpointed: after a "
                 "resume its output may hold the steps after the checkpoint twice",
                 stacklevel=outside(),
             )
-    stored_loggers = tuple(x for x in loggers if registry.lookup(type(x)) is not None)
+    stored_loggers = tuple(x for x in loggers if api.is_registered(x))
     # logger wrappers are handled through their loggers, in place
     stored_callbacks = tuple(
         c for c in callbacks if _stateful(c) and not hasattr(c, "logger") and not run_loop.is_logger(c)
@@ -259,8 +259,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
         if on_write_error not in WRITE_ERROR_MODES:
             raise ValueError(f"on_write_error must be one of {WRITE_ERROR_MODES}, got {on_write_error!r}")
-        if keep < 1:
-            raise ValueError("keep must be >= 1")
+        self._retention = Retention(int(keep), keep_every or None)  # validates both; keep_every 0: none, as before
         self._every = parse_every(every, budget=budget, mtbf=mtbf)
         if requeue not in REQUEUE_MODES:
             raise ValueError(f"requeue must be one of {REQUEUE_MODES}, got {requeue!r}")
@@ -295,7 +294,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.resumed_from = None
         self.interrupted = None
         self._files = RunDirectory(self.directory)
-        self._retention = Retention(self.keep, keep_every or None)  # 0: none, as before
         self._writer = CheckpointWriter(self.directory)
         self._signals = SignalCatcher(
             self.signals,
@@ -642,7 +640,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             self._restore(driver, run, state)
         except NkserdeError as exc:
-            raise type(exc)(f"{path}: {exc}") from None
+            raise in_file(exc, path) from None
         self.resumed_from = driver.step_count
         nothing_to_do = bool(state.get(checkpoint_file.STOPPED)) and not run_loop.asks_for_more(
             driver, state.get(checkpoint_file.TARGET)
@@ -666,7 +664,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             new = api.load(driver.state, source, at=at, strict=self.strict, rename=self.rename)
         except NkserdeError as exc:
-            raise type(exc)(f"{self.directory}: init_from={source}: {exc}") from None
+            raise in_file(exc, f"{self.directory}: init_from={source}") from None
         _assign(driver.state, new)
         say(
             f"{self.directory}: no checkpoint of this run; starting from the variational state of {source}"
@@ -679,7 +677,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             api.check_storable(self._payload(driver, run, driver.step_count))
         except NkserdeError as exc:
-            raise type(exc)(f"{self.directory}: this run cannot be checkpointed: {exc}") from None
+            raise in_file(exc, f"{self.directory}: this run cannot be checkpointed") from None
 
     def _restore(self, driver, run: _Run, state):
         # Everything is rebuilt (and any mismatch raised) before anything
@@ -858,8 +856,7 @@ def _state_path(source: Path) -> str | None:
         root = api.info(source)["root_type"]
     except (NkserdeError, OSError):
         return None  # not an nkserde file (NetKet's own), or unreadable: load says which
-    reg = registry.lookup_name(root)
-    return "state" if root == checkpoint_file.ROOT_TYPE or (reg is not None and "state" in (reg.fields or ())) else None
+    return "state" if root == checkpoint_file.ROOT_TYPE or "state" in api.stored_fields(root) else None
 
 
 def _assign(live, restored, skip=()):

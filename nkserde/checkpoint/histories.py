@@ -43,7 +43,7 @@ import numpy as np
 
 from .. import checkpoint_file, directory
 from .._log import say
-from ..errors import CorruptFileError, NkserdeError, UnsupportedVersionError
+from ..errors import CorruptFileError, NkserdeError, UnsupportedVersionError, in_file
 from ..format import history_log
 from ..format.tree_codec import TYPE, VERSION
 from ..placement import Primary, primary
@@ -278,9 +278,7 @@ def resolve(path, state):
         rows = _replay(directory.read_history(path.parent, position))
         loggers = {**loggers, **{key: _rebuild(key, stub, rows.get(key, {})) for key, stub in stubs.items()}}
     except NkserdeError as exc:
-        if str(exc).startswith(f"{path.parent}"):
-            raise
-        raise type(exc)(f"{path}: {exc}") from None
+        raise in_file(exc, path, unless=path.parent) from None  # the log's own errors name the log
     return {**state, checkpoint_file.LOGGERS: loggers, checkpoint_file.HISTORY: {**position, "logged": sorted(stubs)}}
 
 

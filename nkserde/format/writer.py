@@ -2,28 +2,11 @@
 
 :func:`write_file` is the one-process writer. :func:`write_file_together`
 is called by every process of a multi-process run with its own part of
-the state and writes one file (see docs/distributed.md for the protocol):
-
-1. every process encodes its tree, prepares the blocks it owns (process 0:
-   replicated arrays and its own blocks; others: their blocks of global and
-   stacked arrays, compressed in memory if they compress) and sends process
-   0 a digest of what must agree (the tree without per-process values,
-   array dtypes and shapes, checksums of its copies of the replicated
-   arrays), its blocks' sizes and checksums and its per-process values;
-2. process 0 checks: equal digests (else the first process that differs
-   sends the full description in one more round and every process raises
-   ProcessMismatchError naming the path), blocks that tile each array;
-   lays out the file (the others' blocks first, in process order, then
-   process 0's region, which it streams: its compressed lengths need not
-   be known), creates the temporary file and answers with each process's
-   start;
-3. every process writes its blocks at their offsets and fsyncs;
-4. process 0 writes header and trailer, fsyncs, renames, fsyncs the
-   directory; every process returns only after that.
-
-Steps 1-2 and 3-4 are each one round of the Communicator (a gather at
-process 0 and one answer), so an error on one process raises on all of
-them instead of leaving some waiting, and the coordinator serves O(P).
+the state and writes one file, in two rounds of the Communicator it is
+given (an error on one process raises on all of them; the coordinator
+serves O(P)). The protocol, step by step, is described once, in
+docs/distributed.md ("Who writes what"); :class:`_TogetherWrite` follows
+it phase by phase.
 """
 
 from __future__ import annotations
@@ -48,6 +31,7 @@ from ..errors import (
     ProcessMismatchError,
     UnregisteredTypeError,
     format_path,
+    in_file,
 )
 from ..placement import GlobalArray
 from . import codecs, tree_codec
@@ -707,10 +691,8 @@ class _TogetherWrite:
         except Exception as exc:
             if error is not None and not isinstance(exc, PeerLostError):
                 raise error from None  # this process's own error, not process 0's report of it
-            if isinstance(exc, PeerLostError):
-                raise PeerLostError(f"{self.path}: {exc}", missing=exc.missing) from None
-            if isinstance(exc, NkserdeError) and not str(exc).startswith(str(self.path)):
-                raise type(exc)(f"{self.path}: {exc}") from None
+            if isinstance(exc, NkserdeError):
+                raise in_file(exc, self.path) from None  # PeerLostError keeps its missing ranks
             raise
 
 
