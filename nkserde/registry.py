@@ -59,7 +59,9 @@ class Registration:
       version: current schema version (int >= 1) of the field dict.
       to_state: object -> dict of fields.
       from_state: (template, restored fields) -> new object.
-      doc: one line per field, for the schema documentation.
+      doc: the fields in words, as the type's row of docs/schema.md shows
+        them (``python -m nkserde.schema --tables docs/schema.md`` writes
+        the rows; a test holds them equal).
       free_fields: fields restored from the file alone, as plain dicts,
         lists, numpy arrays and scalars, whatever the template holds there:
         for data whose structure grows during a run (a logger's history),

@@ -16,11 +16,18 @@ whether a file needs a migration without importing NetKet to register them;
 ``tests/test_schema_manifest.py`` checks it against the registrations, and
 ``python -m nkserde.schema --versions nkserde/schema_versions.json``
 rewrites it.
+
+The per-type tables of docs/schema.md are generated from the registrations'
+``doc``: each row that names registered types is
+``| `name` | version | doc |``, and ``python -m nkserde.schema --tables
+docs/schema.md`` rewrites those rows (the test fails until it is run after
+a registration's version or doc changed).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -143,8 +150,48 @@ def updated(history: dict, now: dict | None = None) -> dict:
     return out
 
 
+# a row of a per-type table: backticked names, a version, the fields
+_ROW = re.compile(r"^\| (`[^|]*`) \| (\d+) \| (.*) \|$")
+
+
+def with_generated_tables(text: str) -> tuple[str, list[str]]:
+    """``text`` (docs/schema.md) with every table row that names registered
+    types (several names: one registration's, e.g. a loop's) rewritten as
+    ``| names | version | doc |`` from the registration, and the names of
+    this install's registrations that no row names. A row naming only
+    types that are not registered here (a rule's ``<module>.<Class>``, a
+    NetKet this install lacks) is left as it is."""
+    from . import api as _with_registrations, registry  # noqa: F401
+
+    regs = registry.registrations()
+    named, lines = set(), []
+    for line in text.split("\n"):
+        match = _ROW.match(line)
+        names = re.findall(r"`([^`]+)`", match.group(1)) if match else []
+        found = [regs[n] for n in names if n in regs]
+        if found:
+            named.update(reg.name for reg in found)
+            docs = {(reg.version, reg.doc) for reg in found}
+            if len(docs) > 1:
+                raise ValueError(f"docs/schema.md: one row names {names}, whose versions or docs differ")
+            ((version, doc),) = docs
+            line = f"| {match.group(1)} | {version} | {doc} |"
+        lines.append(line)
+    return "\n".join(lines), sorted(set(regs) - named)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "--tables":
+        import nkserde  # noqa: F401
+
+        path = Path(argv[1])
+        text, missing = with_generated_tables(path.read_text())
+        path.write_text(text)
+        if missing:
+            print(f"nkserde.schema: no row of {path} names {', '.join(missing)}; add one", file=sys.stderr)
+            return 1
+        return 0
     if len(argv) == 2 and argv[0] == "--versions":
         Path(argv[1]).write_text(json.dumps(current_versions(), indent=1) + "\n")
         return 0

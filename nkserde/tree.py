@@ -683,7 +683,10 @@ KEY_REGISTRATION = registry.Registration(
     _key_to_state,
     _key_from_state,
     fields=("impl", "data"),
-    doc="impl: str, the PRNG implementation name; data: uint32[..., k], the key data",
+    doc=(
+        "`impl`: str, PRNG implementation (compared with the template's, never used to choose "
+        "code); `data`: uint32 key data"
+    ),
 )
 registry.add_builtin(KEY_REGISTRATION)
 

@@ -131,3 +131,23 @@ def test_the_versions_file_the_command_line_reads_agrees_with_the_registrations(
     stale = {k: (recorded["types"].get(k), v) for k, v in now["types"].items() if recorded["types"].get(k) != v}
     assert not stale, f"(recorded, registered) versions differ: {stale}"
     assert {k: recorded["aliases"].get(k) for k in now["aliases"]} == now["aliases"]
+
+
+def test_the_schema_pages_tables_are_generated_from_the_registrations():
+    # every row of docs/schema.md that names a registered type says its
+    # version and its registration's doc, and every type nkserde registers
+    # has a row: a bump or a changed doc without `--tables` fails here
+    page = Path(__file__).parent.parent / "docs" / "schema.md"
+    text = page.read_text()
+    generated, missing = schema.with_generated_tables(text)
+    changed = [new for old, new in zip(text.split("\n"), generated.split("\n")) if old != new]
+    assert not changed, f"run python -m nkserde.schema --tables docs/schema.md; rows out of date: {changed}"
+    ours = set(schema.recorded_versions()["types"])
+    assert not set(missing) & ours, f"registrations without a row in docs/schema.md: {sorted(set(missing) & ours)}"
+
+
+def test_a_changed_doc_or_version_is_a_changed_row():
+    reg = registry.lookup_name("netket.sampler.ExactSamplerState")
+    row = f"| `{reg.name}` | {reg.version} | {reg.doc} |"
+    stale = f"| `{reg.name}` | {reg.version + 1} | older words |"
+    assert schema.with_generated_tables(stale)[0] == row

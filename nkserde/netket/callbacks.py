@@ -52,15 +52,17 @@ _register_state(
     nk.callbacks.EarlyStopping,
     {"_best_val": "_best_val", "_best_iter": "_best_iter", "_best_patience_counter": "_best_patience_counter"},
     module="early_stopping",
-    doc="_best_val: float, best loss so far; _best_iter: int, its step; "
-    "_best_patience_counter: int, steps since a better loss",
+    doc=(
+        "`_best_val`: float, the best loss so far; `_best_iter`: int, its step; `_best_patience_counter`: "
+        "int, the steps since a better loss"
+    ),
 )
 
 _register_state(
     nk.callbacks.InvalidLossStopping,
     {"_last_valid_iter": "_last_valid_iter"},
     module="invalid_loss_stopping",
-    doc="_last_valid_iter: int, the last step with a finite loss",
+    doc="`_last_valid_iter`: int, the last step with a finite loss",
 )
 
 
@@ -101,7 +103,10 @@ registry.register(
     fields=("recent_losses", "patience_counter"),
     free_fields=("recent_losses",),
     aliases=(_nkserde_01_name(nk.callbacks.ConvergenceStopping, "convergence_stopping"),),
-    doc="recent_losses: list of float, the last (at most smoothing_window) losses, oldest first; patience_counter: int",
+    doc=(
+        "`recent_losses`: list of float, the last losses (at most `smoothing_window`), oldest "
+        "first; `patience_counter`: int"
+    ),
 )
 
 

@@ -20,12 +20,12 @@ _OBSERVABLE = next(
     nk.operator.AbstractOperator,
 )
 
-_KINDS = {
-    _OBSERVABLE: "netket.operator",
-    nk.hilbert.AbstractHilbert: "netket.hilbert",
-    nk.graph.AbstractGraph: "netket.graph",
-    nk.sampler.Sampler: "netket.sampler",
-    FiniteGroup: "netket.symmetry_group",
+_KINDS = {  # class: (name, doc)
+    _OBSERVABLE: ("netket.operator", "none: any operator or observable"),
+    nk.hilbert.AbstractHilbert: ("netket.hilbert", "none: a Hilbert space"),
+    nk.graph.AbstractGraph: ("netket.graph", "none: a graph or lattice"),
+    nk.sampler.Sampler: ("netket.sampler", "none: a sampler"),
+    FiniteGroup: ("netket.symmetry_group", "none: a symmetry group"),
 }
 
 
@@ -37,7 +37,7 @@ def _the_template(template, fields):
     return template
 
 
-for _cls, _name in _KINDS.items():
+for _cls, (_name, _doc) in _KINDS.items():
     registry.register(
         _cls,
         name=_name,
@@ -46,5 +46,5 @@ for _cls, _name in _KINDS.items():
         from_state=_the_template,
         fields=(),
         subclasses=True,
-        doc="no fields: configuration, taken from the template on load",
+        doc=_doc,
     )

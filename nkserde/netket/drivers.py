@@ -81,8 +81,10 @@ _register_driver(
     "netket.driver.VMC",
     dict(_OPTIMIZATION, preconditioner="_preconditioner"),
     subclasses=True,
-    doc="state; optimizer_state: optax state; step: int; momentum: pytree or None; "
-    "preconditioner: SR warm start (or the identity preconditioner)",
+    doc=(
+        "`state`; `step`: int; `optimizer_state`; `momentum`: pytree or None (optional: NetKet >= "
+        "3.22); `preconditioner`: `netket.optimizer.SR` or the identity preconditioner"
+    ),
 )
 
 _register_driver(
@@ -90,7 +92,7 @@ _register_driver(
     "netket.driver.SteadyState",
     dict(_OPTIMIZATION, preconditioner="_preconditioner"),
     subclasses=True,
-    doc="as VMC, for the Lindbladian steady state (state: MCMixedState)",
+    doc="as VMC (state: MCMixedState)",
 )
 
 _register_driver(
@@ -100,9 +102,11 @@ _register_driver(
     subclasses=True,
     # NetKet 3.21 has no online statistics; 3.22 creates them at the first step
     optional=("loss_statistics",),
-    doc="state; optimizer_state; step: int; momentum: pytree or None (SPRING / "
-    "momentum buffer); loss_statistics: online MCMC statistics of the loss "
-    "(netket.stats.OnlineStats; NetKet >= 3.22; diagnostics only)",
+    doc=(
+        "`state`; `step`; `optimizer_state`; `momentum`: pytree or None; `loss_statistics`: "
+        "`netket.stats.OnlineStats`, the online MCMC statistics of the loss (optional: NetKet >= "
+        "3.22; diagnostics only, they do not enter the optimization)"
+    ),
 )
 
 _INFIDELITY = dict(_OPTIMIZATION, target_state="target_state")
@@ -114,9 +118,7 @@ _register_driver(
     "netket.driver.Infidelity_SR",
     _INFIDELITY,
     subclasses=True,
-    doc="state; optimizer_state; step: int; momentum: pytree or None; target_state: "
-    "the target's variational state, with the sampler state its next samples are "
-    "drawn from (the driver resamples the target at every step)",
+    doc="`state`; `step`; `optimizer_state`; `momentum`; `target_state`",
 )
 
 # Quantum state reconstruction. Every training batch is drawn from a numpy
@@ -141,10 +143,12 @@ if _QSR is not None:
         # version 1: what the fallback rule stored until QSR had a registration
         aliases=("netket.pytree.QSR",),
         optional=("preconditioner", "batch_generator"),
-        doc="state; optimizer_state; step: int; momentum: pytree or None; preconditioner: "
-        "as VMC's; batch_generator: numpy.random.Generator that draws the training batches; "
-        "control_variate_expectation, control_variate_parameters: parameter-shaped pytrees "
-        "or None (before the first control-variate update)",
+        doc=(
+            "`state`; `step`; `optimizer_state`; `momentum` (optional); `preconditioner` (optional) as "
+            "VMC's; `batch_generator`: `numpy.random.Generator`, draws every training batch (optional: "
+            "absent in version 1 files); `control_variate_expectation`, `control_variate_parameters`: "
+            "parameter-shaped pytrees, or None before the first control-variate update"
+        ),
     )
 
 
@@ -202,9 +206,11 @@ _register_driver(
     subclasses=True,
     finish=_rebind_integrator,
     version=2,
-    doc="state; step: int; integrator: Integrator (time, dt, error control); "
-    "last_update: parameter-shaped pytree, the linear solver's warm start; "
-    "loss_stats: netket.stats.Stats of the generator at the last step, or None",
+    doc=(
+        "`state`; `step`: int; `integrator`; `last_update`: parameter-shaped pytree (warm start of "
+        "the linear solver); `loss_stats`: `netket.stats.Stats` of the generator at the last step, "
+        "or None"
+    ),
 )
 
 _register_driver(

@@ -46,8 +46,10 @@ registry.register(
     from_state=_integrator_from_state,
     subclasses=True,
     fields=tuple(_STATE),
-    doc="t: KahanSum{value, compensator}; dt: float64 scalar (adaptive integrators: the "
-    "adapted step, restored; fixed-step ones: the template's is kept); y: parameter pytree; "
-    "step_no, step_no_total: int; last_norm, last_scaled_error: float or None; "
-    "solver_state: solver pytree; flags: int (IntegratorFlags)",
+    doc=(
+        "`t`: Kahan sum {value, compensator}; `dt`: current step (adaptive integrators: restored; "
+        "fixed-step ones keep the template's); `y`: the integrated parameters; `step_no`, "
+        "`step_no_total`: accepted / attempted steps; `last_norm`, `last_scaled_error`: error "
+        "control or None; `solver_state`; `flags`: int"
+    ),
 )

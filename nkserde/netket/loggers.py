@@ -90,8 +90,11 @@ registry.register(
     subclasses=True,
     fields=("history", "last_step"),
     free_fields=("history", "last_step"),
-    doc="history: list of time series (see module doc); last_step: the last logged step "
-    "(int, or the time for dynamics drivers)",
+    doc=(
+        "`history`: list of time series `{path: [str or int], columns: {iters: int[n], name: "
+        "values[n, ...]}, main: str or None, single: bool, keys: [str]}`, where `path` places the "
+        "series in the logged tree; `last_step`: int"
+    ),
 )
 
 registry.register(
@@ -102,7 +105,7 @@ registry.register(
     from_state=_runtime_from_state,
     fields=("history", "last_step"),
     free_fields=("history", "last_step"),
-    doc="as RuntimeLog; the .log file is rewritten from the history on flush",
+    doc="as RuntimeLog (its `.log` file is rewritten from the history on flush)",
 )
 
 
@@ -138,8 +141,11 @@ registry.register(
     from_state=_state_log_from_state,
     fields=("last_step", "steps_not_saved", "next_file"),
     free_fields=("last_step",),
-    doc="last_step; steps_not_saved: int; next_file: int, the number of the next state file. "
-    "The state files themselves stay on disk and are kept",
+    doc=(
+        "`last_step`; `steps_not_saved`: int; `next_file`: int, number of the next state file (the "
+        "files stay on disk; a resumed run overwrites those written after the checkpoint with the "
+        "same states, in folder mode)"
+    ),
 )
 
 
@@ -219,8 +225,11 @@ registry.register(
     from_state=_hdf5_from_state,
     free_fields=("rows",),
     fields=("rows",),
-    doc="rows: {dataset path: number of rows at the checkpoint}; on resume the file's "
-    "datasets are cut back to them (datasets first logged later are removed), then appended",
+    doc=(
+        "`rows`: {dataset path: number of rows at the checkpoint}. On resume the log appends to its"
+        " file (whatever its mode) after every dataset was cut back to these rows and datasets "
+        "first logged after the checkpoint were removed"
+    ),
 )
 
 
@@ -246,7 +255,11 @@ registry.register(
     from_state=_tensorboard_from_state,
     fields=("last_step",),
     free_fields=("last_step",),
-    doc="last_step: the last logged step; the resumed writer purges the events after it",
+    doc=(
+        "`last_step`: the last logged step; the resumed writer is created with `purge_step = "
+        "last_step + 1`, so TensorBoard hides the events of the interrupted run after the "
+        "checkpoint"
+    ),
 )
 
 
@@ -285,5 +298,9 @@ for _name in ("netket.logging.MLFlowLog", "netket.logging.WandbLog"):
         from_state=_tracking_from_state,
         fields=("run_id", "last_step", "steps_since_last_params"),
         free_fields=("run_id", "last_step"),
-        doc="run_id: str or None, the tracking run to continue; last_step; steps_since_last_params: int",
+        doc=(
+            "`run_id`: the tracking run (the resumed logger continues it); `last_step`; "
+            "`steps_since_last_params`: int. Points logged after the checkpoint by the interrupted "
+            "process stay in the tracking store"
+        ),
     )

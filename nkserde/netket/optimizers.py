@@ -51,6 +51,8 @@ registry.register(
     from_state=_sr_from_state,
     subclasses=True,
     fields=("warm_start",),
-    doc="warm_start: parameter-shaped pytree or None, the last solution used as the "
-    "initial guess of the iterative solver (solver_restart=False)",
+    doc=(
+        "`warm_start`: parameter pytree or None, the last solution, used as the initial guess of "
+        "iterative solvers when `solver_restart=False`"
+    ),
 )

@@ -50,21 +50,21 @@ _register_record(
     find("netket.utils.summation.KahanSum", "netket.utils.KahanSum"),
     "netket.utils.KahanSum",
     ("value", "compensator"),
-    doc="value: float scalar, the sum; compensator: float scalar, the running rounding error",
+    doc="`value`, `compensator`: float scalars",
 )
 
 _register_record(
     find("netket.experimental.dynamics._solver.AbstractSolverState"),
     "netket.experimental.dynamics.SolverState",
     (),
-    doc="no fields: the Runge-Kutta methods keep no state between steps",
+    doc="none (the Runge-Kutta methods keep no state between steps)",
 )
 
 _register_record(
     find("netket.optimizer.preconditioner.IdentityPreconditioner"),
     "netket.optimizer.IdentityPreconditioner",
     (),
-    doc="no fields (VMC without a preconditioner)",
+    doc="none",
 )
 
 for _cls_name, _fields in (
@@ -81,7 +81,7 @@ for _cls_name, _fields in (
         find(f"netket.sampler.rules.{_module}.{_cls_name}"),
         f"netket.sampler.rules.{_cls_name}",
         _fields,
-        doc="numpy sampler rule state: " + ", ".join(_fields) + " (numpy arrays)",
+        doc=", ".join(f"`{f}`" for f in _fields) + ": numpy arrays (a numpy sampler's scratch data)",
     )
 
 
@@ -118,9 +118,12 @@ _register_record(
     _ONLINE_STATS_FIELDS,
     from_fields=_online_stats_from_fields,
     old_name="netket._src.stats.online_stats.accumulator.OnlineStats",
-    doc="NetKet's streaming MCMC statistics: _decay: float or None; _chain_count, _chain_mean, "
-    "_chain_M2: [n_chains]; _cross_sum, _m1_sum, _m2_sum, _pair_count: [n_chains, max_lag+1]; "
-    "_chain_buf: [n_chains, max_lag]; _n_samples_total: int; _buf_len: int32 scalar",
+    doc=(
+        "`_decay`: float or None; `_chain_count`, `_chain_mean`, `_chain_M2`: [n_chains]; "
+        "`_cross_sum`, `_m1_sum`, `_m2_sum`, `_pair_count`: [n_chains, max_lag + 1]; `_chain_buf`: "
+        "[n_chains, max_lag]; `_n_samples_total`: int; `_buf_len`: int32. Rebuilt from the file "
+        "alone where the template has none yet (NetKet 3.22 creates it at the first step)"
+    ),
 )
 
 
@@ -131,7 +134,10 @@ _register_record(
     "netket.stats.Stats",
     ("mean", "error_of_mean", "variance", "tau_corr", "R_hat", "tau_corr_max"),
     from_fields=lambda fields: find("netket.stats.Stats")(**fields),
-    doc="mean, error_of_mean, variance, tau_corr, R_hat, tau_corr_max: scalars (mean complex or real)",
+    doc=(
+        "`mean`, `error_of_mean`, `variance`, `tau_corr`, `R_hat`, `tau_corr_max`: scalars. Rebuilt"
+        " from the file where the template has none"
+    ),
 )
 
 

@@ -69,8 +69,16 @@ _register_metropolis(
     "netket.sampler.MetropolisSamplerState",
     _METROPOLIS,
     subclasses=True,
-    doc="chains: [n_chains, N]; log_prob: float[n_chains]; rng: PRNG key data; n_steps: int64 scalar; "
-    "n_accepted: int64[n_chains]; rule_state: rule-specific or None",
+    doc=(
+        "(Fields with a chain axis, here and for parallel tempering, may be loaded into a sampler "
+        "with another number of chains: the first ones are kept, new ones repeat the saved ones in "
+        "order, with a warning.) `chains`: [n_chains, N] (dtype of the Hilbert space, usually int8 "
+        "or float64); `log_prob`: float[n_chains], `machine_pow * log|psi(chains)|`, read by the "
+        "next acceptance test (NetKet itself does not store it and recomputes it only on reset); "
+        "`rng`: key; `n_steps`: int64; `n_accepted`: int64[n_chains]; `rule_state`: the rule's "
+        "state (None for the rules shipped with NetKet 3.23; a list of the sub-rules' states for "
+        "MultipleRules)"
+    ),
 )
 
 _PARALLEL_TEMPERING = dict(
@@ -86,8 +94,12 @@ _register_metropolis(
     ParallelTemperingSamplerState,
     "netket.sampler.ParallelTemperingSamplerState",
     _PARALLEL_TEMPERING,
-    doc="Metropolis fields (chains: [n_chains * n_replicas, N], log_prob: [n_chains * n_replicas]) "
-    "plus betas, beta_0_index, beta_position, beta_diffusion, n_exchange_steps, n_accepted_per_beta",
+    doc=(
+        "Metropolis fields (chains and log_prob over n_chains x n_replicas) plus `betas`: "
+        "float[n_chains, n_replicas]; `beta_0_index`: int[n_chains]; `beta_position`, "
+        "`beta_diffusion`: float[n_chains]; `n_exchange_steps`: int; `n_accepted_per_beta`: "
+        "int[n_chains, n_replicas]"
+    ),
 )
 
 
@@ -132,7 +144,7 @@ for _name in ("netket.sampler.MetropolisSamplerState", "netket.sampler.ParallelT
 
 
 register_attributes(
-    ExactSamplerState, "netket.sampler.ExactSamplerState", {"rng": "rng"}, immutable=True, doc="rng: PRNG key data"
+    ExactSamplerState, "netket.sampler.ExactSamplerState", {"rng": "rng"}, immutable=True, doc='`rng`: key'
 )
 
 register_attributes(
@@ -140,7 +152,7 @@ register_attributes(
     "netket.sampler.ARDirectSamplerState",
     {"rng": "key"},
     immutable=True,
-    doc="rng: PRNG key data",
+    doc="`rng`: key",
 )
 
 _NUMPY = {
@@ -186,8 +198,12 @@ registry.register(
     to_state=_numpy_state_to_state,
     from_state=_numpy_state_from_state,
     fields=tuple(_NUMPY),
-    doc="chains: [n_chains, N]; log_prob: [n_chains]; rng: numpy.random.Generator; "
-    "n_steps, n_accepted: int; rule_state",
+    doc=(
+        "`chains`; `log_prob`: float[n_chains]; `rng`: numpy.random.Generator; `n_steps`, "
+        "`n_accepted`: int; `rule_state`. Every field is per process (`@per_process`): a numpy "
+        "sampler runs its own chains in each process. A new process beyond the saved ones continues"
+        " saved process `r % P`'s chains with its generator `jumped(r // P)`."
+    ),
 )
 
 
@@ -217,5 +233,5 @@ registry.register(
     to_state=_generator_to_state,
     from_state=_generator_from_state,
     fields=("bit_generator", "state"),
-    doc="bit_generator: str (e.g. PCG64); state: numpy's bit_generator.state dict",
+    doc="`bit_generator`: str (e.g. `PCG64`); `state`: numpy's `bit_generator.state` dict",
 )

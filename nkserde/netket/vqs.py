@@ -159,9 +159,13 @@ registry.register(
     fields=_MC_FIELDS,
     dtype_from_file=("model_state",),
     provisional=_MC_PROVISIONAL,
-    doc="parameters: params pytree; model_state: {collection: pytree}; sampler_state; "
-    "sampler_seed: PRNG key; n_samples: int; n_discard_per_chain: int; chunk_size: int|None "
-    "(the last three record the writing run's settings; a load keeps the template's)",
+    doc=(
+        "`parameters`: pytree (the `params` collection); `model_state`: {collection: pytree} (batch"
+        " statistics, other collections); `sampler_state`: a sampler state below (the state the "
+        "cached samples were drawn from, if samples are cached, so a loaded state redraws the same "
+        "samples); `sampler_seed`: key; `n_samples`, `n_discard_per_chain`: int; `chunk_size`: int "
+        "or None"
+    ),
 )
 
 
@@ -198,7 +202,7 @@ registry.register(
     fields=_MC_FIELDS + ("diagonal",),
     dtype_from_file=("model_state",),
     provisional=_MC_PROVISIONAL,
-    doc="the MCState fields, plus diagonal: MCState (the diagonal's sampler and settings)",
+    doc="the MCState fields, plus `diagonal`: MCState",
 )
 
 
@@ -226,8 +230,7 @@ registry.register(
     subclasses=True,
     fields=("parameters", "model_state", "chunk_size"),
     dtype_from_file=("model_state",),
-    doc="parameters: params pytree; model_state: {collection: pytree}; chunk_size: int|None "
-    "(the writing run's; a load keeps the template's)",
+    doc="`parameters`, `model_state`, `chunk_size`",
 )
 
 
@@ -273,6 +276,11 @@ if _DETERMINANT_STATE is not None:
         subclasses=True,
         fields=("parameters", "model_state"),
         dtype_from_file=("model_state",),
-        doc="parameters: params pytree (the Slater2nd orbitals); model_state: {collection: pytree} "
-        "(empty for NetKet's Slater2nd); the model, Hilbert space and Hartree-Fock kind are the template's",
+        doc=(
+            "`parameters`: pytree (the `params` collection of its `Slater2nd` model: the orbitals); "
+            "`model_state`: {collection: pytree} (empty for NetKet's `Slater2nd`). The Hilbert space "
+            "and the Hartree-Fock kind (`generalized`, `restricted`, `param_dtype`) are configuration, "
+            "the template's; the cached one-body density matrix is recomputed from the loaded "
+            "parameters"
+        ),
     )
