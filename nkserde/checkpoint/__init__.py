@@ -20,22 +20,33 @@ Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet. The
 directory's files (naming, lock, fingerprint.json) are nkserde.directory's.
 """
 
-from . import run_fingerprint as _fingerprint
-from .callback import RESUME_MODES, Checkpoint
-from .scheduler import EXIT_INTERRUPTED
-from .stops import FINAL_STOPS
-from .wrapper import checkpointed, reset_run_numbering
+import importlib
 
-fingerprint = _fingerprint.fingerprint
-fingerprint_changes = _fingerprint.changes
+# Loaded on first use (PEP 562), so that the header-only modules of this
+# package (the directory's files, what a checkpoint file holds) import
+# without NetKet: ``nkserde ls`` on a login node.
+_NAMES = {
+    "EXIT_INTERRUPTED": ("scheduler", "EXIT_INTERRUPTED"),
+    "FINAL_STOPS": ("stops", "FINAL_STOPS"),
+    "RESUME_MODES": ("callback", "RESUME_MODES"),
+    "Checkpoint": ("callback", "Checkpoint"),
+    "checkpointed": ("wrapper", "checkpointed"),
+    "reset_run_numbering": ("wrapper", "reset_run_numbering"),
+    "fingerprint": ("run_fingerprint", "fingerprint"),
+    "fingerprint_changes": ("run_fingerprint", "changes"),
+}
 
-__all__ = [
-    "EXIT_INTERRUPTED",
-    "FINAL_STOPS",
-    "RESUME_MODES",
-    "Checkpoint",
-    "checkpointed",
-    "fingerprint",
-    "fingerprint_changes",
-    "reset_run_numbering",
-]
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name):
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _NAMES[name]
+    value = getattr(importlib.import_module(f".{module}", __name__), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_NAMES))
