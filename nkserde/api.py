@@ -11,7 +11,8 @@ from pathlib import Path
 
 import jax
 
-from . import checkpoint_file, directory, file_info, partial_load, registry, tree
+from . import file_info, partial_load, registry, tree
+from .checkpoint import content as checkpoint_file, files as directory
 from . import format as fileformat
 from .format.tree_codec import TYPE, VERSION
 from .errors import (

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, checkpoint_file, file_info, registry, tree
+from . import api, file_info, registry, tree
+from .checkpoint import content as checkpoint_file
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
 from .placement import ProcessValues

@@ -7,6 +7,8 @@ name is what it takes: ``inspect.signature`` of every callable of
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import types
 
 import pytest
@@ -59,3 +61,27 @@ def test_checkpointed_shows_the_options_it_passes_to_checkpoint():
     options = {k: p for k, p in inspect.signature(nkserde.Checkpoint).parameters.items() if p.kind is p.KEYWORD_ONLY}
     assert list(shown) == [k for k, p in own.items() if p.kind not in VAR] + list(options)
     assert all(shown[k] == p for k, p in options.items())
+
+
+# Internal modules that moved: (old import path, new one). Users' scripts and
+# tools may import the old paths; they stay the same module objects.
+MOVED = [
+    ("nkserde.directory", "nkserde.checkpoint.files"),
+    ("nkserde.checkpoint_file", "nkserde.checkpoint.content"),
+]
+
+
+@pytest.mark.parametrize("old, new", MOVED)
+def test_a_moved_module_keeps_its_old_import_path(old, new):
+    import importlib
+
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_the_checkpoint_packages_header_modules_import_without_netket():
+    code = (
+        "import sys, nkserde.checkpoint.files, nkserde.checkpoint.content\n"
+        "print(sorted(m for m in ('jax', 'netket', 'flax') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

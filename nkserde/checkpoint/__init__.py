@@ -15,9 +15,14 @@
     walltime.py       when to stop before the job's end: a pure policy on measured times
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
+    schedule.py       when to checkpoint: every N steps, every so much time, within a budget
+    files.py          the directory on disk: naming, the newest that verifies, the lock,
+                      fingerprint.json, moving aside, retiring, the history logs
+    content.py        what a checkpoint file holds (its keys, how to tell one)
 
-Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet. The
-directory's files (naming, lock, fingerprint.json) are nkserde.directory's.
+Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet;
+files.py and content.py read headers only (the command line uses them
+without NetKet, hence the names below are loaded on first use).
 """
 
 import importlib

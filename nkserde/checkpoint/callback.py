@@ -45,9 +45,10 @@ import netket as nk
 from netket.utils import struct
 
 from .._warnings import outside
-from .. import api, checkpoint_file
+from .. import api
+from . import content as checkpoint_file
 from .._log import say
-from ..directory import RunDirectory, unusable
+from .files import RunDirectory, unusable
 from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError, in_file
 from ..netket import internals, loggers as netket_loggers, run_loop

@@ -31,7 +31,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .. import directory, file_info, schema
+from .. import file_info, schema
+from ..checkpoint import files as directory
 from .. import format as fileformat
 from ..errors import NkserdeError
 from ..format import foreign

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import api, checkpoint_file, directory
+from .. import api
+from ..checkpoint import content as checkpoint_file, files as directory
 from ..errors import format_path
 from ..file_migration import current_state_dict
 from ..placement import ProcessValues
