@@ -135,7 +135,7 @@ def save_state_dict_steps(state, path, *, root_type: str | None = None, sequence
     path = Path(path)
     meta = new_meta(state, root_type or type(state).__name__)
     if jax.process_count() > 1:
-        from .distributed import coordination_name, group
+        from .processes.jax_service import coordination_name, group
         from .format.writer import write_file_together_steps
 
         # one key sequence per target: saves to different files (an

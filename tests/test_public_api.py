@@ -68,6 +68,8 @@ def test_checkpointed_shows_the_options_it_passes_to_checkpoint():
 MOVED = [
     ("nkserde.directory", "nkserde.checkpoint.files"),
     ("nkserde.checkpoint_file", "nkserde.checkpoint.content"),
+    ("nkserde.coordination", "nkserde.processes.coordination"),
+    ("nkserde.distributed", "nkserde.processes.jax_service"),
 ]
 
 

@@ -49,7 +49,7 @@ from .. import api
 from . import content as checkpoint_file
 from .._log import say
 from .files import RunDirectory, unusable
-from ..distributed import coordination_name, multi_process, on_process_0, stop_flag
+from ..processes.jax_service import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError, in_file
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful

@@ -197,8 +197,8 @@ class Communicator(Protocol):
     process 0's ``decide(messages)`` gives every process the same answer or
     raises there, and then the others raise DistributedSaveError with its
     message; ``writing``: bytes the processes write before they all arrive,
-    which the wait allows for). :class:`nkserde.coordination.Group` over
-    JAX's coordination service in nkserde.distributed."""
+    which the wait allows for). :class:`nkserde.processes.coordination.Group` over
+    JAX's coordination service in nkserde.processes.jax_service."""
 
     rank: int
     size: int

@@ -1,0 +1,8 @@
+"""How the processes of a multi-process run agree, apart from files and
+NetKet:
+
+    coordination.py   the protocols in O(P): rounds through process 0, the stop flag,
+                      a counting and a simulated store for hundreds of processes (no JAX)
+    jax_service.py    those protocols over JAX's coordination service: the run's group,
+                      its process count and index, NKSERDE_PEER_TIMEOUT
+"""
