@@ -133,10 +133,8 @@ class JobControl:
         job = self.job
         if job is None or self.requeue == "never":
             return False
-        try:
-            state = job.show()
-        except SlurmError as exc:
-            say(f"{self.label}: not requeued: {exc}", logging.WARNING)
+        state = self._job_state("not requeued")
+        if state is None:
             return False
         why = stop_name(reason)
         if reason == signal.SIGTERM:
@@ -184,15 +182,20 @@ class JobControl:
                 logging.WARNING,
             )
             return False
-        try:
-            state = job.show()
-        except SlurmError as exc:
-            say(f"{self.label}: the run failed; not requeued: {exc}", logging.WARNING)
-            return False
-        if not state.requeueable:
+        state = self._job_state("the run failed; not requeued")
+        if state is None or not state.requeueable:
             return False
         count_it()
         return self._requeue(f"requeued after the run failed ({count + 1} of requeue_on_error={limit})")
+
+    def _job_state(self, outcome: str):
+        """The job's state as SLURM shows it, or None, having said
+        ``outcome`` and why, when SLURM does not answer."""
+        try:
+            return self.job.show()
+        except SlurmError as exc:
+            say(f"{self.label}: {outcome}: {exc}", logging.WARNING)
+            return None
 
     def _requeue(self, message: str) -> bool:
         # SLURM ends every step of the job at once: the checkpoint is on
