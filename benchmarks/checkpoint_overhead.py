@@ -92,7 +92,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -141,9 +140,9 @@ import netket as nk  # noqa: E402
 import optax  # noqa: E402
 
 import nkserde  # noqa: E402
+from _environment import DEFAULT_PARENT, environment, parent_directory  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_PARENT = Path("/work/bench-tmp")
 # steps per timed run and repeats, unless --steps / --repeat say otherwise:
 # the small model's steps take milliseconds, so it gets more of both.
 DEFAULTS = {"rbm-8": (100, 5), "rbm-100x1000": (20, 3), "statevector-24": (20, 3)}
@@ -683,17 +682,8 @@ def main(argv=None) -> int:
     if args.load is None:
         args.load = 0 if args.processes == 1 else os.cpu_count()
 
-    parent = Path(args.dir) if args.dir else DEFAULT_PARENT if DEFAULT_PARENT.is_dir() else Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    env = {
-        "python": platform.python_version(),
-        "netket": nk.__version__,
-        "jax": jax.__version__,
-        "nkserde": nkserde.__version__,
-        "cpus": os.cpu_count(),
-        "dir": str(parent),
-        "loadavg_before": os.getloadavg(),
-    }
+    parent = parent_directory(args.dir)
+    env = environment(parent)
     if args.processes > 1:
         return mp_main(args, parent, env)
     env["competing_processes"] = args.load

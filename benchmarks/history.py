@@ -35,7 +35,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -46,17 +45,16 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import jax  # noqa: E402
 import netket as nk  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import nkserde  # noqa: E402
+from _environment import DEFAULT_PARENT, environment, parent_directory  # noqa: E402
 from nkserde import api, directory  # noqa: E402
 from nkserde.format import drain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_PARENT = Path("/work/bench-tmp")
 OBSERVABLES = 6
 
 
@@ -179,17 +177,8 @@ def main(argv=None) -> int:
     p.add_argument("--dir", default=None, help=f"where to write (default {DEFAULT_PARENT} if it exists, else tmp)")
     p.add_argument("--json", default=None, help="results file (default benchmarks/results/history-<date>.json)")
     args = p.parse_args(argv)
-    parent = Path(args.dir) if args.dir else DEFAULT_PARENT if DEFAULT_PARENT.is_dir() else Path(tempfile.gettempdir())
-    parent.mkdir(parents=True, exist_ok=True)
-    env = {
-        "python": platform.python_version(),
-        "netket": nk.__version__,
-        "jax": jax.__version__,
-        "nkserde": nkserde.__version__,
-        "cpus": os.cpu_count(),
-        "dir": str(parent),
-        "loadavg_before": os.getloadavg(),
-    }
+    parent = parent_directory(args.dir)
+    env = environment(parent)
     print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
     build().run(2, show_progress=False)  # compile once
     results = []
