@@ -31,7 +31,9 @@ them and registers NetKet's types, as ``import nkserde`` did before.
 import importlib
 import importlib.util
 
-from . import errors
+from . import _moved, errors
+
+_moved.install()  # the old import paths of moved internals (CHANGELOG)
 
 __version__ = "0.1.0"
 __all__ = [
