@@ -1,6 +1,6 @@
 """Import paths of internal modules that moved, kept for code that imported
 them: ``import nkserde.directory`` gives the module now at
-``nkserde.checkpoint.files``, the same object (patching one patches the
+``nkserde.checkpoint_files.directory``, the same object (patching one patches the
 other). The CHANGELOG lists each move."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import importlib.util
 import sys
 
 MOVED = {
-    "nkserde.directory": "nkserde.checkpoint.files",
-    "nkserde.checkpoint_file": "nkserde.checkpoint.content",
+    "nkserde.directory": "nkserde.checkpoint_files.directory",
+    "nkserde.checkpoint_file": "nkserde.checkpoint_files.content",
     "nkserde.coordination": "nkserde.processes.coordination",
     "nkserde.distributed": "nkserde.processes.jax_service",
 }

@@ -12,7 +12,7 @@ from pathlib import Path
 import jax
 
 from . import file_info, partial_load, registry, tree
-from .checkpoint import content as checkpoint_file, files as directory
+from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat
 from .format.tree_codec import TYPE, VERSION
 from .errors import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import api, file_info, registry, tree
-from .checkpoint import content as checkpoint_file
+from .checkpoint_files import content as checkpoint_file
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
 from .placement import ProcessValues

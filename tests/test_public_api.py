@@ -66,8 +66,8 @@ def test_checkpointed_shows_the_options_it_passes_to_checkpoint():
 # Internal modules that moved: (old import path, new one). Users' scripts and
 # tools may import the old paths; they stay the same module objects.
 MOVED = [
-    ("nkserde.directory", "nkserde.checkpoint.files"),
-    ("nkserde.checkpoint_file", "nkserde.checkpoint.content"),
+    ("nkserde.directory", "nkserde.checkpoint_files.directory"),
+    ("nkserde.checkpoint_file", "nkserde.checkpoint_files.content"),
     ("nkserde.coordination", "nkserde.processes.coordination"),
     ("nkserde.distributed", "nkserde.processes.jax_service"),
 ]
@@ -82,7 +82,7 @@ def test_a_moved_module_keeps_its_old_import_path(old, new):
 
 def test_the_checkpoint_packages_header_modules_import_without_netket():
     code = (
-        "import sys, nkserde.checkpoint.files, nkserde.checkpoint.content\n"
+        "import sys, nkserde.checkpoint_files.directory, nkserde.checkpoint_files.content\n"
         "print(sorted(m for m in ('jax', 'netket', 'flax') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -16,20 +16,17 @@
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
     schedule.py       when to checkpoint: every N steps, every so much time, within a budget
-    files.py          the directory on disk: naming, the newest that verifies, the lock,
-                      fingerprint.json, moving aside, retiring, the history logs
-    content.py        what a checkpoint file holds (its keys, how to tell one)
 
-Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet;
-files.py and content.py read headers only (the command line uses them
-without NetKet, hence the names below are loaded on first use).
+Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet.
+The directory's files and what a checkpoint file holds are
+nkserde.checkpoint_files's (below ``api``; the command line reads them).
 """
 
 import importlib
 
-# Loaded on first use (PEP 562), so that the header-only modules of this
-# package (the directory's files, what a checkpoint file holds) import
-# without NetKet: ``nkserde ls`` on a login node.
+# Loaded on first use (PEP 562): a part that knows no NetKet (the
+# policies, SLURM, the history logs) imports alone, without the callback
+# and NetKet (``nkserde diff`` reads histories; NetKet stays unimported).
 _NAMES = {
     "EXIT_INTERRUPTED": ("scheduler", "EXIT_INTERRUPTED"),
     "FINAL_STOPS": ("stops", "FINAL_STOPS"),

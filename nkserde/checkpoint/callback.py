@@ -46,9 +46,9 @@ from netket.utils import struct
 
 from .._warnings import outside
 from .. import api
-from . import content as checkpoint_file
+from ..checkpoint_files import content as checkpoint_file
 from .._log import say
-from .files import RunDirectory, unusable
+from ..checkpoint_files.directory import RunDirectory, unusable
 from ..processes.jax_service import coordination_name, multi_process, on_process_0, stop_flag
 from ..errors import NkserdeError, UnsupportedNetKetError, in_file
 from ..netket import internals, loggers as netket_loggers, run_loop

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .. import api
 from .._log import say
-from .files import RunDirectory
+from ..checkpoint_files.directory import RunDirectory
 from ..errors import CorruptFileError, NkserdeError, RunMismatchError
 from . import histories, run_fingerprint
 
@@ -77,5 +77,5 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every)
 def _read_whole(path: Path) -> dict:
     """The checkpoint's state dict, read whole (every checksum verified) with
     its loggers' histories from the history log: the read
-    :func:`nkserde.checkpoint.files.check` stands for."""
+    :func:`nkserde.checkpoint_files.directory.check` stands for."""
     return histories.resolve(path, api.load_state_dict(path))

@@ -9,7 +9,7 @@ periodic saves store these loggers instead as
 
 * a **record** appended to the directory's history log
   (nkserde/format/history_log.py, ``history-<n>.nkh``, named by
-  nkserde/checkpoint/files.py) holding, per logger and series, the rows logged
+  nkserde/checkpoint_files/directory.py) holding, per logger and series, the rows logged
   since the previous checkpoint: ``{"step": int, "loggers": [{"logger":
   key, "reset": bool, "series": [{"path": [...], "start": row, "columns":
   {name: rows}}]}]}`` (``reset``: the rows before do not count, the logger's
@@ -41,7 +41,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from . import content as checkpoint_file, files as directory
+from ..checkpoint_files import content as checkpoint_file, directory
 from .._log import say
 from ..errors import CorruptFileError, NkserdeError, UnsupportedVersionError, in_file
 from ..format import history_log

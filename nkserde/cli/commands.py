@@ -32,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import file_info, schema
-from ..checkpoint import files as directory
+from ..checkpoint_files import directory
 from .. import format as fileformat
 from ..errors import NkserdeError
 from ..format import foreign

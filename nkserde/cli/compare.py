@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import api
-from ..checkpoint import content as checkpoint_file, files as directory
+from ..checkpoint_files import content as checkpoint_file, directory
 from ..errors import format_path
 from ..file_migration import current_state_dict
 from ..placement import ProcessValues

@@ -4,7 +4,7 @@ loads, and what each says of its run (driver, steps, time, the last logged
 loss).
 
 Read from the header and the few arrays shown, without NetKet: a
-checkpoint file holds the payload of nkserde.checkpoint.content; the loggers'
+checkpoint file holds the payload of nkserde.checkpoint_files.content; the loggers'
 "history" follows the schema of nkserde/netket/loggers.py (in layout 2 a
 stub of nkserde/checkpoint/histories.py holds its last row), TDVP's time
 that of nkserde/netket/dynamics.py (a ``KahanSum``). Verifying a checkpoint
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import file_info
-from ..checkpoint import content as checkpoint_file, files as directory_layout
+from ..checkpoint_files import content as checkpoint_file, directory as directory_layout
 from .. import format as fileformat
 from ..errors import CorruptFileError, NkserdeError
 from ..format import foreign

@@ -1,7 +1,7 @@
 """A checkpoint directory on disk: how its files are named and found, its
 run fingerprint file, its lock, moving checkpoints aside and retiring them.
 The one owner of that layout. Knows files only (no NetKet, no registry;
-what is *in* a checkpoint file is nkserde.checkpoint.content's).
+what is *in* a checkpoint file is nkserde.checkpoint_files.content's).
 
     ckpt/                      a Checkpoint's directory
       step-0000000015.nks      one checkpoint: 15 completed steps
