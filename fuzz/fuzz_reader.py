@@ -5,13 +5,13 @@
 (``fuzz/run`` passes the options; see fuzz/README.md.) Each input is written
 to a file and read every way a user reads one (fuzz/targets.py). Inputs are
 mutated by libFuzzer's byte mutations and, half of the time, by
-fuzz/mutate.py's structure-aware ones (fuzz/harness.py: what a crash is).
+fuzz/mutators.py's structure-aware ones (fuzz/harness.py: what a crash is).
 """
 
 from __future__ import annotations
 
 import harness
-import mutate
+import mutators
 import targets
 
 TEMPLATES = targets.templates()
@@ -20,7 +20,7 @@ TEMPLATES = targets.templates()
 if __name__ == "__main__":
     harness.fuzz(
         lambda path: targets.read_every_way(path, TEMPLATES, harness.WORK),
-        mutate.mutate,
+        mutators.mutate,
         harness.HERE / "corpus",
         ".nks",
     )

@@ -401,13 +401,10 @@ MUTATIONS = [
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes | None:
-    """One structure-aware mutation of file ``data`` (see the module doc; a
-    history log's are mutate_history.py's); None if ``data`` does not parse
-    or the mutation does not apply."""
-    if data.startswith(b"\x89NKSHIS\n"):
-        import mutate_history
-
-        return mutate_history.mutate(data, rng)
+    """One structure-aware mutation of nkserde file ``data`` (see the module
+    doc; a history log's are mutate_history.py's, and fuzz/mutators.py
+    chooses); None if ``data`` does not parse or the mutation does not
+    apply."""
     parsed = split(data)
     if parsed is None:
         return None

@@ -20,7 +20,7 @@ from nkserde.errors import CorruptFileError, NkserdeError
 FUZZ = Path(__file__).resolve().parent.parent / "fuzz"
 sys.path.insert(0, str(FUZZ))
 
-import mutate  # noqa: E402
+import mutators  # noqa: E402
 import mutate_netket  # noqa: E402
 import targets  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_structure_aware_mutations(templates, tmp_path):
     """300 seeded mutations of the seed corpus, read every way: only
     nkserde errors (a few seconds of what fuzz/run does for minutes)."""
     _mutations_raise_only_nkserde_errors(
-        mutate.mutate,
+        mutators.mutate,
         FUZZ / "corpus",
         lambda path: targets.read_every_way(path, templates, tmp_path),
         tmp_path / "m.nks",
@@ -185,7 +185,7 @@ def test_history_log_mutations(tmp_path):
     path = tmp_path / "m.nkh"
     applied = 0
     for _ in range(300):
-        data = mutate.mutate(seed.read_bytes(), rng)
+        data = mutators.mutate(seed.read_bytes(), rng)
         if data is None:
             continue
         applied += 1
