@@ -363,7 +363,9 @@ def table(results) -> str:
         plain_total, plain_loop = best(runs["plain"], "total"), best(runs["plain"], "loop")
         step = plain_loop / model["steps"]
         for label, option in CONFIGS:
-            rows = runs[label]
+            rows = runs.get(label)
+            if not rows:  # a configuration this run left out (--configs)
+                continue
             total, loop = best(rows, "total"), best(rows, "loop")
             spread = max(r["total"] for r in rows) / total - 1
             notes.append(f"{name} {label}: slowest repeat {spread * 100:.0f}% above the fastest")
@@ -648,6 +650,12 @@ def main(argv=None) -> int:
         help="alternating repeats of every configuration (default: 5 for rbm-8, 3 for the others)",
     )
     p.add_argument(
+        "--configs",
+        default=None,
+        help="comma-separated subset of the configurations, by label (default all; plain is always run): "
+        + ", ".join(label for label, _ in CONFIGS),
+    )
+    p.add_argument(
         "--dir",
         default=None,
         help=f"parent of the checkpoint directories (default {DEFAULT_PARENT} if it exists, "
@@ -689,6 +697,12 @@ def main(argv=None) -> int:
     env["competing_processes"] = args.load
     print(f"{env}\ncommand: {' '.join(sys.argv)}", flush=True)
 
+    if args.configs:
+        wanted = {"plain", *(c.strip() for c in args.configs.split(","))}
+        unknown = wanted - {label for label, _ in CONFIGS}
+        if unknown:
+            p.error(f"unknown configurations {sorted(unknown)}")
+        CONFIGS[:] = [(label, option) for label, option in CONFIGS if label in wanted]
     hogs = start_hogs(args.load)
     try:
         results = {}
