@@ -1,7 +1,7 @@
 """Suite-wide hooks: the tests that wait for SLURM jobs (marked ``slurm``)
 submit their jobs when the suite is collected and run last, so the jobs,
 which mostly wait for their time limits, run beside the CPU-bound tests
-(tests/cluster.py).
+(tests/cluster.py); the longest files run first.
 
 Under pytest-xdist (the README's ``-n 2``) every worker collects the
 suite: the jobs' directory is named by a key the main process sets
@@ -27,7 +27,15 @@ def _roots() -> list[Path]:
     return sorted(Path(tempfile.gettempdir()).glob(f"nkserde-*-{os.environ[SESSION]}"))
 
 
+# The longest files (minutes of launched processes each), handed out first:
+# xdist's loadfile gives a free worker the next file in collection order, so
+# the longest first leaves the shortest tail of one worker busy, the other idle.
+LONGEST_FIRST = ("test_example_scripts.py", "test_distributed.py", "test_checkpoint_kill.py", "test_mpi.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: in-file order kept
     waiting = [item for item in items if item.get_closest_marker("slurm")]
     if waiting:
         items[:] = [item for item in items if not item.get_closest_marker("slurm")] + waiting
