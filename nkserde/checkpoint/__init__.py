@@ -26,7 +26,7 @@ import importlib
 
 # Loaded on first use (PEP 562): a part that knows no NetKet (the
 # policies, SLURM, the history logs) imports alone, without the callback
-# and NetKet (``nkserde diff`` reads histories; NetKet stays unimported).
+# and NetKet.
 _NAMES = {
     "EXIT_INTERRUPTED": ("scheduler", "EXIT_INTERRUPTED"),
     "FINAL_STOPS": ("stops", "FINAL_STOPS"),
