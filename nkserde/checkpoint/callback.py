@@ -408,8 +408,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if self._job is not None and len(self._writer.lags) > lags:
             self._job.saved(self._writer.lags[-1][1])
             if self._run is not None and self._run.schedule is not None:
-                # what a background checkpoint cost the run: its snapshot and this wait
-                self._run.schedule.saved(self._run.snapshot_seconds + waited)
+                # what a background checkpoint cost the run: its snapshot, this
+                # wait, and the CPU its thread used, which a run whose steps
+                # fill every core loses (on a node with idle cores this counts
+                # it twice: the budget is kept either way)
+                self._run.schedule.saved(self._run.snapshot_seconds + waited + self._writer.background_cpu)
 
     def on_step_start(self, step, log_data, driver):
         run = self._run

@@ -14,8 +14,9 @@ measured times (no clock of its own, no NetKet, no files).
   that much wall-clock time has passed since the previous checkpoint (or
   the run's start);
 * ``"auto"``: as often as keeps checkpointing within ``budget`` of the run
-  (default 1%): the interval is the longest checkpoint measured divided by
-  the budget, and, given a mean time between failures ``mtbf``, at least
+  (default 1%): the interval is the longest checkpoint measured (what it
+  held the run up, plus its background write's CPU time) divided by the
+  budget, and, given a mean time between failures ``mtbf``, at least
   Young's interval sqrt(2 x checkpoint x mtbf), which minimises the work
   checkpoints and failures cost together. Before a checkpoint was measured,
   the first one comes after the first step (it measures what one costs).

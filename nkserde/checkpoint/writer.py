@@ -31,11 +31,13 @@ class CheckpointWriter:
     errors).
 
     ``lags``: one ``(steps the caller wrote itself, seconds from submit to
-    the end)`` per background write, for benchmarks."""
+    the end)`` per background write, for benchmarks; ``background_cpu``:
+    the CPU seconds of the last background write's own thread."""
 
     def __init__(self, label):
         self.label = label
         self.lags: list[tuple[int, float]] = []
+        self.background_cpu = 0.0
         self._write: BackgroundWrite | None = None
         self._target = None  # what the write in flight writes
         self._error: BaseException | None = None
@@ -77,6 +79,7 @@ class CheckpointWriter:
             self._error, self._error_target = write.error, self._target
         if write.started:
             self.lags.append((write.steps_in_caller, write.seconds))
+            self.background_cpu = write.background_cpu_seconds
 
     @property
     def error(self) -> BaseException | None:
