@@ -48,22 +48,25 @@ def step_path(directory: Path, step: int) -> Path:
     return Path(directory) / f"step-{step:010d}.nks"
 
 
-def steps(directory: Path) -> list[int]:
-    """Steps that have a checkpoint file in ``directory``, oldest first."""
+def _numbered(directory: Path, pattern: re.Pattern) -> list[tuple[int, Path]]:
+    """The entries of ``directory`` whose name ``pattern`` matches, as
+    (the number its first group holds, path), by number; [] if there is no
+    such directory."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    found = (STEP_FILE.match(p.name) for p in directory.iterdir())
-    return sorted(int(m.group(1)) for m in found if m)
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := pattern.match(p.name))]
+    return sorted(found)
+
+
+def steps(directory: Path) -> list[int]:
+    """Steps that have a checkpoint file in ``directory``, oldest first."""
+    return [step for step, _ in _numbered(directory, STEP_FILE)]
 
 
 def history_files(directory: Path) -> list[Path]:
     """The history logs in ``directory``, oldest (lowest number) first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := HISTORY_FILE.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return [p for _, p in _numbered(directory, HISTORY_FILE)]
 
 
 def new_history_path(directory: Path) -> Path:
@@ -140,11 +143,7 @@ def read_history(directory: Path, position: dict, *, decode: bool = True) -> lis
 def runs(directory: Path) -> list[Path]:
     """The ``run-<i>`` subdirectories of a ``checkpointed(...)`` directory,
     in order."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := RUN_DIRECTORY.match(p.name))]
-    return [p for _, p in sorted(found)]
+    return [p for _, p in _numbered(directory, RUN_DIRECTORY)]
 
 
 def check(path: Path) -> None:
