@@ -6,7 +6,6 @@ other). The CHANGELOG lists each move."""
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.util
 import sys
 
@@ -18,7 +17,10 @@ MOVED = {
 }
 
 
-class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+# A finder and loader by protocol, not by importlib.abc's base classes:
+# importing importlib.abc costs ~10 ms, and every ``import nkserde`` (the
+# command line's included) installs this hook.
+class _Moved:
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in MOVED:
             return None
