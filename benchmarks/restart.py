@@ -23,9 +23,10 @@ included. The ``restart`` row is everything but the import and one warm
 step (build + fingerprint + load + first step - warm step): what the
 issue's goal divides by four. The fingerprint is counted because a
 resume pays it: the child computes it before the run only to time it on
-its own (it compiles NetKet's numba operator kernels, which the run would
-otherwise compile in its load or its first step). Medians over ``--repeat`` pairs of processes; the cold and cached
-processes alternate.
+its own (it sets up the operator, numba included, and compiles the JAX
+functions of its action, which the run would otherwise do in its load or
+its first step). Medians over ``--repeat`` pairs of processes; the cold
+and cached processes alternate.
 
 Models: ``rbm``: RBM alpha 1 on the 8-site Ising chain, VMC, Adam, 512
 samples; ``gcnn``: GCNN (2 layers, 4 features, complex) on the 4x4
