@@ -3,8 +3,8 @@ fuzz/fuzz_netket_files.py): the checkout on sys.path, the load limits,
 crash reports, the mix of byte and structure-aware mutations, the warm-up.
 
 A crash is any exception other than ``nkserde.errors.NkserdeError`` (and
-``FileNotFoundError``), a case slower than ``-timeout`` (1 s in fuzz/run),
-or memory beyond ``-rss_limit_mb``.
+``FileNotFoundError``), a case slower than ``-timeout`` (10 s in fuzz/run:
+a hang, not a first JAX compile), or memory beyond ``-rss_limit_mb``.
 """
 
 from __future__ import annotations
