@@ -259,7 +259,9 @@ def test_each_process_reads_its_own_blocks(cache, tmp_path):
         assert share <= got["read"] <= share + 64 * 1024, (r, int(got["read"]), int(got["size"]))
 
 
-@pytest.mark.parametrize("n", [2, 4, 8])
+# 2 and 8: the counts are the same at both ends (4 added 44 s of CI and no case);
+# tests/test_coordination.py counts the same protocol to 1024
+@pytest.mark.parametrize("n", [2, 8])
 def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cache, tmp_path, n):
     """Counted by every process (nkserde.distributed.counts): a step
     without a checkpoint is one request per process (the stop flag's
