@@ -60,11 +60,10 @@ import time
 from pathlib import Path
 
 import jax
+import persistent_cache
 
 if os.environ.get("CKPT_JAX_CACHE"):
-    jax.config.update("jax_compilation_cache_dir", os.environ["CKPT_JAX_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    persistent_cache.use(os.environ["CKPT_JAX_CACHE"])
 
 import netket as nk
 import numpy as np

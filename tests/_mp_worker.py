@@ -69,12 +69,11 @@ import faulthandler  # noqa: E402
 faulthandler.dump_traceback_later(float(os.environ.get("MP_STACKS_AFTER", "200")), exit=True)
 
 import jax  # noqa: E402
+import persistent_cache  # noqa: E402
 
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 if os.environ.get("MP_JAX_CACHE"):
-    jax.config.update("jax_compilation_cache_dir", os.environ["MP_JAX_CACHE"])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    persistent_cache.use(os.environ["MP_JAX_CACHE"])
 jax.distributed.initialize(
     coordinator_address=f"127.0.0.1:{port}",
     num_processes=n_processes,

@@ -36,13 +36,11 @@ def pytest_configure(config):
 
 
 def _use_a_compilation_cache(worker: str) -> None:
-    import jax
+    import persistent_cache
 
     cache = Path(tempfile.gettempdir()) / f"nkserde-jaxcache-{worker}-{os.environ[SESSION]}"
     cache.mkdir(exist_ok=True)
-    jax.config.update("jax_compilation_cache_dir", str(cache))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    persistent_cache.use(cache)
 
 
 def _roots() -> list[Path]:
