@@ -1,8 +1,9 @@
-"""Compiled code outlives the process (nkserde.jax_cache): a Checkpoint, or
-``nkserde.compilation_cache()`` at the top of a script, points JAX's
-persistent compilation cache at the user's cache directory, so a resumed
-run takes its compiled code from there (JAX counts the hits). In
-subprocesses: the cache is a setting of the whole process."""
+"""Compiled code outlives the process (nkserde.compiled_code): a Checkpoint,
+or ``nkserde.compilation_cache()`` at the top of a script, points JAX's
+persistent compilation cache at the user's cache directory and caches
+NetKet's numba kernels beside it, so a resumed run takes its compiled code
+from there (JAX and numba count the hits). In subprocesses: the caches are
+settings of the whole process."""
 
 from __future__ import annotations
 
@@ -18,19 +19,32 @@ import nkserde
 from nkserde import jax_cache
 
 # counts JAX's persistent-cache hits, then runs a small checkpointed VMC
+# (of a LocalOperator: numba's kernels, which NetKet does not cache)
 RUN = """
 import jax, sys
 hits = []
 jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
-import builders, nkserde
+import builders, netket as nk, nkserde, optax
 options = {} if sys.argv[2] == "auto" else {"compile_cache": None}
 ckpt = nkserde.Checkpoint(sys.argv[1], every=1, **options)
-builders.vmc().run(int(sys.argv[3]), out=None, show_progress=False, callback=ckpt)
-print("cache", jax.config.jax_compilation_cache_dir, "hits", len(hits))
+hamiltonian = builders.system()[2].to_local_operator()
+driver = nk.driver.VMC(hamiltonian, optax.adam(1e-2), variational_state=builders.mc_state())
+driver.run(int(sys.argv[3]), out=None, show_progress=False, callback=ckpt)
+from nkserde import numba_cache  # NetKet's numba kernels: loaded (hits) or compiled (misses)
+kernels = list(numba_cache._dispatchers(("netket",)))
+numba_hits = sum(sum(d.stats.cache_hits.values()) for d in kernels)
+numba_misses = sum(sum(d.stats.cache_misses.values()) for d in kernels)
+print("cache", jax.config.jax_compilation_cache_dir, "hits", len(hits), "numba", numba_hits, numba_misses)
 """
 
 
 def run(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, int]:
+    """(JAX's cache directory, its hits)."""
+    return run_counting(tmp_path, ckpt, mode, steps, **env)[:2]
+
+
+def run_counting(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, int, int, int]:
+    """(JAX's cache directory, its hits, numba's cache hits and misses in NetKet's kernels)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     environ.update({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": _pythonpath(), **env})
     done = subprocess.run(
@@ -38,7 +52,8 @@ def run(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, 
     )
     assert done.returncode == 0, done.stderr[-3000:]
     words = done.stdout.split()
-    return words[words.index("cache") + 1], int(words[words.index("hits") + 1])
+    cache, hits, numba = words.index("cache"), words.index("hits"), words.index("numba")
+    return words[cache + 1], int(words[hits + 1]), int(words[numba + 1]), int(words[numba + 2])
 
 
 def _pythonpath() -> str:
@@ -47,13 +62,15 @@ def _pythonpath() -> str:
 
 
 def test_a_resumed_run_takes_its_compiled_code_from_the_users_cache(tmp_path):
-    first_cache, first_hits = run(tmp_path, tmp_path / "ckpt", "auto", 2)
+    first_cache, first_hits, _, compiled = run_counting(tmp_path, tmp_path / "ckpt", "auto", 2)
     assert first_cache.startswith(str(tmp_path / "xdg" / "nkserde" / "jax" / "jax-"))
     assert not Path(first_cache).is_relative_to(tmp_path / "ckpt")  # never in the checkpoint directory
     entries, size = jax_cache.summary(Path(first_cache))
     assert entries > 0 and size > 0
-    cache, hits = run(tmp_path, tmp_path / "ckpt", "auto", 4)  # resumes from step 2
+    assert compiled > 0 and any((Path(first_cache) / "numba").rglob("*.nbc"))  # the LocalOperator's kernels
+    cache, hits, loaded, compiled = run_counting(tmp_path, tmp_path / "ckpt", "auto", 4)  # resumes from step 2
     assert cache == first_cache and hits > 0
+    assert loaded > 0 and compiled == 0  # numba compiled none of NetKet's kernels again
 
 
 def test_without_the_cache_nothing_is_cached(tmp_path):

@@ -54,7 +54,7 @@ from ..errors import NkserdeError, UnsupportedNetKetError, in_file
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
-from .. import jax_cache
+from .. import compiled_code, jax_cache
 from . import histories, run_fingerprint, scheduler
 from .choice import choose_checkpoint
 from .retention import Retention
@@ -174,9 +174,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         a checkpoint is written and verified.
       compile_cache: ``"auto"`` (JAX's persistent compilation cache in the
         user's cache directory, per JAX version and machine:
-        :mod:`nkserde.jax_cache`), a directory of one's own,
-        or None: compiled code outlives the process, so a resumed run does
-        not compile again. Set when the Checkpoint is made (a script that
+        :mod:`nkserde.jax_cache`, and beside it numba's cache of NetKet's
+        operator kernels: :mod:`nkserde.numba_cache`), a directory of one's
+        own, or None: compiled code outlives the process, so a resumed run
+        does not compile again. Set when the Checkpoint is made (a script that
         wants its template's compilations cached too calls
         ``nkserde.compilation_cache()`` before it builds anything). A cache
         the user configured for JAX is left as it is;
@@ -287,9 +288,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.compile_cache = compile_cache
         if compile_cache == "auto":
             if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
-                jax_cache.use()
+                compiled_code.use()
         elif compile_cache is not None and compile_cache is not False:
-            jax_cache.use(compile_cache)
+            compiled_code.use(compile_cache)
         self.init_from = None if init_from is None else Path(init_from)
         self.at, self.strict, self.rename = at, bool(strict), rename
         self.resumed_from = None

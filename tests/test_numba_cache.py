@@ -1,0 +1,170 @@
+"""numba's cache for packages that do not ask for one (nkserde.numba_cache),
+on a package of this test's own, in subprocesses (a numba function keeps
+its cache for the life of the process): a second process loads what the
+first compiled, a change to any file of the package (a callee in another
+file included, which numba's own cache misses) compiles again, and what
+cannot be read or written costs a compile, not the run. Needs numba only
+(``--noconftest`` runs it in a venv of numba alone, as for numba 0.59)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from nkserde import numba_cache
+
+PACKAGE = {
+    "__init__.py": "",
+    # f calls g of another file; h caches itself; closure is made in a function
+    "kernels.py": """
+        import numba
+        from .callee import g
+
+        @numba.njit
+        def f(x):
+            return g(x) + 1
+
+        @numba.njit(cache=True)
+        def h(x):
+            return x - 1
+
+        def _make(k):
+            @numba.njit
+            def closure(x):
+                return x + k
+            return closure
+
+        closure = _make(5)
+
+        class Op:
+            @staticmethod
+            @numba.njit
+            def kernel(x):
+                return 3 * x
+    """,
+    "callee.py": """
+        import numba
+
+        @numba.njit
+        def g(x):
+            return 2 * x
+    """,
+}
+
+# argv: cache directory, whether to call f before use(), whether this process writes
+RUN = """
+import json, sys
+from nkserde import numba_cache
+import pkgx.kernels as k
+if sys.argv[2] == "before":
+    k.f(3)
+given = numba_cache.use(sys.argv[1], ("pkgx",), may_write=lambda: sys.argv[3] == "write")
+values = [k.f(3), k.Op.kernel(3), k.h(3), k.closure(3)]
+stats = {name: [sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]
+         for name, d in (("f", k.f), ("kernel", k.Op.kernel))}
+print(json.dumps({"given": given, "values": values, "stats": stats,
+                  "h": type(k.h._cache).__name__, "closure": type(k.closure._cache).__name__}))
+"""
+
+
+def _package(root: Path) -> Path:
+    package = root / "pkgx"
+    package.mkdir(parents=True, exist_ok=True)
+    for name, text in PACKAGE.items():
+        (package / name).write_text(textwrap.dedent(text))
+    return package
+
+
+def _run(root: Path, cache: Path, before: bool = False, write: bool = True) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(Path(__file__).parents[1])])}
+    env["NUMBA_CACHE_DIR"] = str(root / "numbas-own")  # where h (cache=True) goes: not ours
+    done = subprocess.run(
+        [sys.executable, "-c", RUN, str(cache), "before" if before else "after", "write" if write else "read"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _files(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.rglob("*") if p.suffix in (".nbi", ".nbc"))
+
+
+def test_a_second_process_loads_what_the_first_compiled(tmp_path):
+    _package(tmp_path)
+    cache = tmp_path / "cache"
+    first = _run(tmp_path, cache)
+    assert first["given"] == 3  # f, g and the static method; not h (its own cache), not the closure
+    assert first["h"] == "FunctionCache" and first["closure"] == "NullCache"
+    assert first["values"] == [7, 9, 2, 8]
+    assert first["stats"] == {"f": [0, 1], "kernel": [0, 1]}
+    assert any(name.startswith("kernels.f-") for name in _files(cache))
+    second = _run(tmp_path, cache)
+    assert second["values"] == first["values"]
+    assert second["stats"] == {"f": [1, 0], "kernel": [1, 0]}  # loaded, not compiled
+
+
+def test_a_change_to_another_file_of_the_package_compiles_again(tmp_path):
+    package = _package(tmp_path)
+    cache = tmp_path / "cache"
+    assert _run(tmp_path, cache)["values"][0] == 7
+    callee = package / "callee.py"
+    callee.write_text(callee.read_text().replace("2 * x", "10 * x"))
+    os.utime(callee, ns=(callee.stat().st_atime_ns, callee.stat().st_mtime_ns + 10**9))
+    again = _run(tmp_path, cache)
+    assert again["values"][0] == 31  # f's own file is unchanged: numba's own cache would give 7
+    assert again["stats"]["f"] == [0, 1]
+    assert _run(tmp_path, cache)["stats"]["f"] == [1, 0]
+
+
+def test_code_compiled_before_the_call_is_written_by_it(tmp_path):
+    _package(tmp_path)
+    cache = tmp_path / "cache"
+    assert _run(tmp_path, cache, before=True)["stats"]["f"] == [0, 1]
+    assert _run(tmp_path, cache)["stats"]["f"] == [1, 0]
+
+
+def test_a_process_that_may_not_write_reads_only(tmp_path):
+    _package(tmp_path)
+    cache = tmp_path / "cache"
+    reader = _run(tmp_path, cache, write=False)
+    assert reader["values"] == [7, 9, 2, 8] and _files(cache) == []
+    _run(tmp_path, cache)
+    assert _run(tmp_path, cache, write=False)["stats"]["f"] == [1, 0]
+
+
+def test_a_damaged_cache_costs_a_compile_not_the_run(tmp_path):
+    _package(tmp_path)
+    cache = tmp_path / "cache"
+    _run(tmp_path, cache)
+    for path in cache.rglob("*"):
+        if path.suffix in (".nbi", ".nbc"):
+            path.write_bytes(b"\x80\x04not a pickle" + os.urandom(64))
+    damaged = _run(tmp_path, cache)
+    assert damaged["values"] == [7, 9, 2, 8] and damaged["stats"]["f"] == [0, 1]
+    assert _run(tmp_path, cache)["stats"]["f"] == [1, 0]  # and written again
+
+
+def test_prune_keeps_the_most_recently_used_files_within_the_bound(tmp_path):
+    sub = tmp_path / "pkg_abc"
+    sub.mkdir()
+    for i in range(4):
+        for suffix in (".nbi", ".1.nbc"):
+            path = sub / f"m.f{i}-3.py311{suffix}"
+            path.write_bytes(b"x" * 500)
+            os.utime(path, (1000 + i, 1000 + i))
+    (sub / "notes.txt").write_bytes(b"y" * 5000)  # not numba's: left alone
+    assert numba_cache.prune(tmp_path, 2000) == 4
+    assert sorted(p.name for p in sub.iterdir()) == [
+        "m.f2-3.py311.1.nbc",
+        "m.f2-3.py311.nbi",
+        "m.f3-3.py311.1.nbc",
+        "m.f3-3.py311.nbi",
+        "notes.txt",
+    ]
