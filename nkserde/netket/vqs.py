@@ -120,12 +120,15 @@ def _usable_chains(new, template, state):
         return state
     if chains.shape != fresh.shape or chains.shape[-1] != hilbert.size:
         return state  # a layout this check does not know; the sampler will complain
-    ok = _valid(hilbert, chains)
+    # on the host where it can be (every chain in this process): eager JAX
+    # ops would each compile, or read the compilation cache, on a resume
+    local = isinstance(chains, np.ndarray) or getattr(chains, "is_fully_addressable", False)
+    ok = _valid(hilbert, np.asarray(chains) if local else chains)
     bad = int(ok.size - ok.sum())
     if not bad:
         return state
     xp = np if isinstance(chains, np.ndarray) else jnp
-    replaced = xp.where(ok[..., None], chains, fresh)
+    replaced = xp.where(xp.asarray(ok)[..., None], chains, fresh)
     warnings.warn(
         f"nkserde: sampler_state/chains: {bad} of {ok.size} loaded chains are not states of the "
         f"template's Hilbert space {hilbert}: they are re-drawn from the template's sampler "
