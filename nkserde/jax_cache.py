@@ -32,7 +32,7 @@ from pathlib import Path
 
 import jax
 
-from . import jax_internals
+from . import jax_internals, lru_files
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 ENVIRONMENT = "NKSERDE_COMPILATION_CACHE"
@@ -100,29 +100,9 @@ def ours() -> Path | None:
 
 def prune(directory: Path, max_bytes: int) -> int:
     """Deletes the least recently used entries beyond ``max_bytes``; returns
-    how many. (Entries another process reads stay readable to it: POSIX
-    keeps a deleted file open.)"""
-    entries = []
-    for entry in Path(directory).iterdir():
-        if not entry.name.endswith(_CACHE_SUFFIX):
-            continue
-        try:
-            info = entry.stat()
-        except OSError:
-            continue
-        entries.append((max(info.st_atime, info.st_mtime), info.st_size, entry))
-    total = sum(size for _, size, _ in entries)
-    removed = 0
-    for _, size, entry in sorted(entries):
-        if total <= max_bytes:
-            break
-        try:
-            entry.unlink()
-        except OSError:
-            continue
-        total -= size
-        removed += 1
-    return removed
+    how many (:func:`nkserde.lru_files.delete_least_recently_used`)."""
+    entries = (e for e in Path(directory).iterdir() if e.name.endswith(_CACHE_SUFFIX))
+    return lru_files.delete_least_recently_used(entries, max_bytes)
 
 
 def summary(directory: Path) -> tuple[int, int]:

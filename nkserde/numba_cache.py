@@ -50,6 +50,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from . import lru_files
+
 try:
     from numba.core import caching as _caching
     from numba.core.errors import NumbaWarning
@@ -97,27 +99,8 @@ def prune(directory, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     gone, or data without its index, is a miss: numba compiles again.)
     Relies on numba's names for them, ``.nbi`` and ``.nbc`` (numba 0.59 to
     0.68)."""
-    files = []
-    for path in Path(directory).rglob("*"):
-        if path.suffix not in _SUFFIXES:
-            continue
-        try:
-            info = path.stat()
-        except OSError:
-            continue
-        files.append((max(info.st_atime, info.st_mtime), info.st_size, path))
-    total = sum(size for _, size, _ in files)
-    removed = 0
-    for _, size, path in sorted(files):
-        if total <= max_bytes:
-            break
-        try:
-            path.unlink()
-        except OSError:
-            continue
-        total -= size
-        removed += 1
-    return removed
+    files = (p for p in Path(directory).rglob("*") if p.suffix in _SUFFIXES)
+    return lru_files.delete_least_recently_used(files, max_bytes)
 
 
 def _dispatchers(packages: tuple[str, ...]):
