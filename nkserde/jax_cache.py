@@ -46,12 +46,13 @@ def default_directory() -> Path:
     root = (given if given.lower() not in ("", "off") else None) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "nkserde", "jax"
     )
-    return Path(root) / f"jax-{jax.__version__}-{platform.machine()}-{_cpu_kind()}"
+    return Path(root) / f"jax-{jax.__version__}-{platform.machine()}-{cpu_kind()}"
 
 
-def _cpu_kind() -> str:
+def cpu_kind() -> str:
     """A short digest of the CPU's model and flags (Linux), else of what
-    Python says of the processor."""
+    Python says of the processor: what XLA's CPU code is compiled for, so
+    what decides the last bits of its floating-point results."""
     text = platform.processor()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
