@@ -53,6 +53,24 @@ def _roots() -> list[Path]:
 LONGEST_FIRST = ("test_example_scripts.py", "test_distributed.py", "test_checkpoint_kill.py", "test_mpi.py")
 
 
+def pytest_report_header(config):
+    # which fixtures this machine must continue number for number
+    # (tests/test_fixtures.py: the writer's releases and CPU kind)
+    import json
+
+    from nkserde import jax_cache
+
+    cpu = jax_cache.cpu_kind()
+    fixtures = Path(__file__).parent / "fixtures"
+    same = sorted(
+        p.parent.name
+        for pattern in ("*/expected.json", "*/histories.json")
+        for p in fixtures.glob(pattern)
+        if json.loads(p.read_text()).get("cpu") == cpu
+    )
+    return f"nkserde: CPU kind {cpu}; fixtures written on it: {', '.join(same) or 'none'}"
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))  # stable: in-file order kept
