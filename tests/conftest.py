@@ -14,15 +14,23 @@ process (another fixture file, the template of a load) traces it again but
 takes the executable from the cache instead of compiling it again (the
 eight TDVP fixtures of tests/test_fixtures.py: 91 s -> 33 s). Set in JAX's
 configuration, not its environment, so that the processes the tests launch
-see no cache but the ones they are given."""
+see no cache but the ones they are given.
+
+The fixture ``default_sigint`` gives a test Python's own SIGINT handler,
+as in a terminal: a suite started as a background job of a
+non-interactive shell inherits SIGINT ignored, and a test that sends
+itself a Ctrl-C would see nothing."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import uuid
 from pathlib import Path
+
+import pytest
 
 SESSION = "NKSERDE_TEST_SESSION"
 
@@ -96,3 +104,13 @@ def pytest_sessionfinish(session, exitstatus):
     if exitstatus == 0 and not hasattr(session.config, "workerinput"):
         for root in _roots():
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def default_sigint():
+    """Python's own SIGINT handler for the test (restored after it), as in
+    a terminal: a background job of a non-interactive shell inherits SIGINT
+    ignored."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)

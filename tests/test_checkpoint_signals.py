@@ -31,15 +31,6 @@ def test_the_previous_python_handler_still_runs():
         signal.signal(signal.SIGUSR1, old)
 
 
-@pytest.fixture
-def default_sigint():
-    """Python's own SIGINT handler, as in a terminal (a background job of a
-    non-interactive shell inherits SIGINT ignored)."""
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, old)
-
-
 def test_ctrl_c_while_busy_is_deferred_and_otherwise_immediate(default_sigint):
     busy = [True]
     with SignalCatcher((signal.SIGUSR1,), defer_sigint=True, busy=lambda: busy[0]) as catcher:

@@ -113,6 +113,11 @@ def interrupting_a_save(step: int, what):
         nkserde.format.writer.atomic_write = original
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises(default_sigint):
+    """Every Ctrl-C case needs Python's SIGINT handler (see conftest)."""
+
+
 @pytest.fixture(scope="module")
 def references():
     made = {}
