@@ -89,6 +89,7 @@ def assert_same_run(workdir: Path, reference: Path):
 # ------------------------------------------------------------------ attempts
 
 RESUMED = re.compile(r"run-0: resumed VMC from step (\d+)")
+STOPPED = re.compile(r"run-0: interrupted by (\S+) after step")
 FRESH = "run-0: no checkpoint, starting fresh"
 
 
@@ -111,8 +112,10 @@ def preemptions(output: str) -> list[dict]:
         exited = exits[-1][1] if exits else None
         signals = [t for _, t in cluster.lines(part, "signal") if exited is None or t <= exited]
         resumed = int(RESUMED.search(following).group(1))
+        stopped = STOPPED.search(part)
         found.append(
             {
+                "by": stopped.group(1) if stopped else None,
                 "last_step": int(steps[-1][0]) if steps else None,
                 "resumed": resumed,
                 "lost": (int(steps[-1][0]) - resumed) if steps else 0,
@@ -126,7 +129,13 @@ def preemptions(output: str) -> list[dict]:
     return found
 
 
-def assert_requeued_until_done(job: cluster.Job, reference: Path, *, stopped_by: str) -> list[dict]:
+def assert_requeued_until_done(
+    job: cluster.Job, reference: Path, *, stopped_by: str, or_by_walltime: bool = False
+) -> list[dict]:
+    """``or_by_walltime``: an attempt may also be stopped by the walltime
+    guard, before the signal came (on a busy node a cold first attempt can
+    be left less time than its measured steps need); one at least by
+    ``stopped_by``."""
     if job.states[-1] != "COMPLETED":
         pytest.fail(job.diagnosis(), pytrace=False)
     output = job.output
@@ -136,7 +145,10 @@ def assert_requeued_until_done(job: cluster.Job, reference: Path, *, stopped_by:
     for stop in stops:
         assert stop["lost"] == 0, stops  # no completed step lost
         assert stop["exit"] == "75", stops  # nkserde.checkpoint.EXIT_INTERRUPTED
-    assert output.count(f"interrupted by {stopped_by} after step") == len(stops), output[-3000:]
+    allowed = {stopped_by, "walltime"} if or_by_walltime else {stopped_by}
+    assert all(stop["by"] in allowed for stop in stops), (stops, output[-3000:])
+    assert any(stop["by"] == stopped_by for stop in stops), (stops, output[-3000:])
+    assert len(STOPPED.findall(output)) == len(stops), output[-3000:]  # one stop message per attempt
     assert "finished" in attempts(output)[-1]
     assert_same_run(job.workdir, reference)
     print(f"\n{job.name}: requeued {len(stops)} times, BeginTime skipped {job.released} times; {stops}")
@@ -152,8 +164,8 @@ def test_signal_checkpoints_requeues_and_resumes_until_done(references):
     nkserde finishes the step, checkpoints it, requeues the job and exits
     75; the requeued job resumes. No code of the user's decides."""
     job = JOBS.wait("signal")
-    stops = assert_requeued_until_done(job, references(1), stopped_by="SIGUSR1")
-    assert all(s["signal_to_exit"] is not None for s in stops)
+    stops = assert_requeued_until_done(job, references(1), stopped_by="SIGUSR1", or_by_walltime=True)
+    assert all(s["signal_to_exit"] is not None for s in stops if s["by"] == "SIGUSR1")
 
 
 @pytest.mark.slurm
@@ -162,7 +174,7 @@ def test_two_tasks_under_srun_are_requeued_together(references):
     under srun, both tasks signalled, both stop after the same step, one
     requeue; the run equals the two-process run without SLURM."""
     job = JOBS.wait("signal-2-tasks")
-    assert_requeued_until_done(job, references(2), stopped_by="SIGUSR1")
+    assert_requeued_until_done(job, references(2), stopped_by="SIGUSR1", or_by_walltime=True)
 
 
 @pytest.mark.slurm
@@ -171,7 +183,7 @@ def test_batch_shell_signal_forwarded_by_the_guides_trap(references):
     job-batch-signal.sh traps it and passes it to srun, which forwards it
     to the run."""
     job = JOBS.wait("batch-signal")
-    assert_requeued_until_done(job, references(1), stopped_by="SIGUSR1")
+    assert_requeued_until_done(job, references(1), stopped_by="SIGUSR1", or_by_walltime=True)
 
 
 @pytest.mark.slurm
