@@ -50,7 +50,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import lru_files
+from . import lru_files, source_stamp
 
 try:
     from numba.core import caching as _caching
@@ -132,31 +132,13 @@ def _within(module: str, packages: tuple[str, ...]) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _package_stamp(root: str) -> str:
-    """A digest of the path, size and mtime of every Python file of the
-    package at ``root``: the stamp numba's index keeps and compares (a
-    ``_CacheLocator``'s ``get_source_stamp``, numba 0.59 to 0.68)."""
-    digest = hashlib.sha256()
-    for directory, subdirectories, files in os.walk(root):
-        subdirectories[:] = sorted(d for d in subdirectories if d != "__pycache__")
-        for file in sorted(files):
-            if file.endswith(".py"):
-                path = os.path.join(directory, file)
-                try:
-                    info = os.stat(path)
-                except OSError:
-                    continue
-                digest.update(f"{os.path.relpath(path, root)}:{info.st_size}:{info.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
-
-
 def _stamp_of(py_func) -> str:
     """The stamp of the package ``py_func`` is in (of its own directory
     if it is in none; no numba: Python 3.11 and later)."""
     top = (getattr(py_func, "__module__", "") or "").split(".")[0]
     package = sys.modules.get(top)
     root = os.path.dirname(os.path.abspath(getattr(package, "__file__", None) or py_func.__code__.co_filename))
-    return _package_stamp(root)
+    return source_stamp.of_directory(root)
 
 
 if _caching is not None:
