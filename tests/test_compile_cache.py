@@ -1,9 +1,10 @@
 """Compiled code outlives the process (nkserde.compiled_code): a Checkpoint,
 or ``nkserde.compilation_cache()`` at the top of a script, points JAX's
 persistent compilation cache at the user's cache directory and caches
-NetKet's numba kernels beside it, so a resumed run takes its compiled code
-from there (JAX and numba count the hits). In subprocesses: the caches are
-settings of the whole process."""
+NetKet's numba kernels and the fingerprint's probes beside it, so a resumed
+run takes its compiled code from there (JAX and numba count the hits, and
+no probe runs again). In subprocesses: the caches are settings of the
+whole process."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ import jax, sys
 hits = []
 jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
 import builders, netket as nk, nkserde, optax
+from nkserde.checkpoint import run_fingerprint
+probes = []  # the fingerprint's probes that ran (not taken from the result cache)
+counted = lambda f: lambda *a, **k: probes.append(f) or f(*a, **k)
+for name in ("_computed_call", "_computed_updates", "_computed_action_digest"):
+    setattr(run_fingerprint, name, counted(getattr(run_fingerprint, name)))
 options = {} if sys.argv[2] == "auto" else {"compile_cache": None}
 ckpt = nkserde.Checkpoint(sys.argv[1], every=1, **options)
 hamiltonian = builders.system()[2].to_local_operator()
@@ -34,7 +40,8 @@ from nkserde import numba_cache  # NetKet's numba kernels: loaded (hits) or comp
 kernels = list(numba_cache._dispatchers(("netket",)))
 numba_hits = sum(sum(d.stats.cache_hits.values()) for d in kernels)
 numba_misses = sum(sum(d.stats.cache_misses.values()) for d in kernels)
-print("cache", jax.config.jax_compilation_cache_dir, "hits", len(hits), "numba", numba_hits, numba_misses)
+print("cache", jax.config.jax_compilation_cache_dir, "hits", len(hits), "numba", numba_hits, numba_misses, end=" ")
+print("probes", len(probes))
 """
 
 
@@ -43,8 +50,9 @@ def run(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, 
     return run_counting(tmp_path, ckpt, mode, steps, **env)[:2]
 
 
-def run_counting(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, int, int, int]:
-    """(JAX's cache directory, its hits, numba's cache hits and misses in NetKet's kernels)."""
+def run_counting(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, int, int, int, int]:
+    """(JAX's cache directory, its hits, numba's cache hits and misses in
+    NetKet's kernels, the fingerprint's probes that ran)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     environ.update({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": _pythonpath(), **env})
     done = subprocess.run(
@@ -53,7 +61,8 @@ def run_counting(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tu
     assert done.returncode == 0, done.stderr[-3000:]
     words = done.stdout.split()
     cache, hits, numba = words.index("cache"), words.index("hits"), words.index("numba")
-    return words[cache + 1], int(words[hits + 1]), int(words[numba + 1]), int(words[numba + 2])
+    probes = int(words[words.index("probes") + 1])
+    return words[cache + 1], int(words[hits + 1]), int(words[numba + 1]), int(words[numba + 2]), probes
 
 
 def _pythonpath() -> str:
@@ -62,15 +71,17 @@ def _pythonpath() -> str:
 
 
 def test_a_resumed_run_takes_its_compiled_code_from_the_users_cache(tmp_path):
-    first_cache, first_hits, _, compiled = run_counting(tmp_path, tmp_path / "ckpt", "auto", 2)
+    first_cache, first_hits, _, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "auto", 2)
     assert first_cache.startswith(str(tmp_path / "xdg" / "nkserde" / "jax" / "jax-"))
     assert not Path(first_cache).is_relative_to(tmp_path / "ckpt")  # never in the checkpoint directory
     entries, size = jax_cache.summary(Path(first_cache))
     assert entries > 0 and size > 0
     assert compiled > 0 and any((Path(first_cache) / "numba").rglob("*.nbc"))  # the LocalOperator's kernels
-    cache, hits, loaded, compiled = run_counting(tmp_path, tmp_path / "ckpt", "auto", 4)  # resumes from step 2
+    assert probes > 0 and any((Path(first_cache) / "results").glob("*.json"))  # the fingerprint's probes
+    cache, hits, loaded, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "auto", 4)  # resumes from step 2
     assert cache == first_cache and hits > 0
     assert loaded > 0 and compiled == 0  # numba compiled none of NetKet's kernels again
+    assert probes == 0  # nor did the fingerprint probe anything again
 
 
 def test_without_the_cache_nothing_is_cached(tmp_path):

@@ -59,6 +59,12 @@ the process, ``PYTHONHASHSEED``, the host, the number of processes (sample
 and chain counts are global in NetKet), the releases of NetKet, JAX, flax
 and optax.
 
+What the probes compute (an operator's action, a function on its fixed
+inputs, an optimizer's updates) is kept in the result cache where there is
+one (:mod:`nkserde.result_cache`, set with the compilation cache), keyed by
+:mod:`content_key`: a resumed process takes it from there instead of
+computing it with JAX again; the fingerprint is the same either way.
+
 Learning rates *are* part of it: a resumed run with another learning rate
 is not the run that was interrupted, so ``resume="auto"`` refuses it,
 naming the value; a deliberate change is one ``resume="force"`` away, and
@@ -97,8 +103,9 @@ import netket as nk
 import numpy as np
 import optax
 
-from .. import jax_internals
+from .. import jax_internals, result_cache
 from ..netket import internals
+from . import content_key
 
 VERSION = 3  # of the fingerprint's keys and texts
 COMPARED_VERSIONS = ("2", "3")  # 2 through upgrade(); older fingerprints are not compared
@@ -661,6 +668,12 @@ def _probe_function(f, probe: str) -> list[np.ndarray] | None:
 
 
 def _call(f, x) -> np.ndarray | None:
+    """``f`` on the probe ``x``, as complex numbers (None: not a function of
+    numbers); kept in the result cache."""
+    return _memoized("call", (f, x), lambda: _computed_call(f, x), _encode_numbers, _decode_numbers)
+
+
+def _computed_call(f, x) -> np.ndarray | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -843,6 +856,18 @@ def _optimizer_effect(tx, parameters, schedules) -> str | None:
 
 
 def _optimizer_updates(tx, shapes, dtype) -> list[np.ndarray]:
+    """The updates of three steps of ``tx`` (as complex numbers); kept in
+    the result cache (an optimizer that raises is tried again)."""
+    return _memoized(
+        "optimizer updates",
+        (tx, shapes, dtype),
+        lambda: [np.ravel(np.asarray(u)).astype(complex) for u in _computed_updates(tx, shapes, dtype)],
+        lambda arrays: [_encode_numbers(a) for a in arrays],
+        lambda stored: [_decode_numbers(a) for a in stored],
+    )
+
+
+def _computed_updates(tx, shapes, dtype) -> list[np.ndarray]:
     is_shape = lambda s: isinstance(s, tuple) and all(isinstance(d, int) for d in s)  # noqa: E731
     flat, treedef = jax.tree_util.tree_flatten(shapes, is_leaf=is_shape)
 
@@ -903,6 +928,47 @@ def _negated(text: str) -> str:
         return f"-({text})"
 
 
+# ---------------------------------------------------------- results kept
+
+
+def _memoized(kind: str, parts: tuple, compute, encode, decode):
+    """``compute()``, or what it returned in an earlier process for the same
+    ``parts`` (:mod:`nkserde.result_cache`, keyed by
+    :func:`nkserde.checkpoint.content_key.key`: nothing is kept where a
+    part cannot be described by its content, or without a cache)."""
+    key = content_key.key(f"fingerprint {VERSION} {kind}", *parts) if result_cache.directory() is not None else None
+    if key is not None:
+        stored = result_cache.get(key)
+        if isinstance(stored, dict) and "value" in stored:
+            try:
+                return decode(stored["value"])
+            except Exception:  # noqa: BLE001  (not what put() wrote: computed again)
+                pass
+    value = compute()
+    if key is not None:
+        result_cache.put(key, {"value": encode(value)})
+    return value
+
+
+def _invalid():
+    raise ValueError("not a stored result")
+
+
+def _encode_numbers(a: np.ndarray | None):
+    return None if a is None else [a.real.tolist(), a.imag.tolist()]
+
+
+def _decode_numbers(stored) -> np.ndarray | None:
+    if stored is None:
+        return None
+    real, imag = (np.asarray(part, dtype=float) for part in stored)
+    if real.ndim != 1 or real.shape != imag.shape:
+        raise ValueError("not a stored result")
+    out = np.empty(real.shape, complex)
+    out.real, out.imag = real, imag
+    return out
+
+
 # ------------------------------------------------------------------ operators
 
 
@@ -940,6 +1006,17 @@ def _uncountable(op) -> bool:
 
 
 def _action_digest(op, version: int = VERSION) -> str | None:
+    """:func:`_computed_action_digest`, kept in the result cache."""
+    return _memoized(
+        "action",
+        (op, version, _MAX_STATES, _SAMPLED_STATES),
+        lambda: _computed_action_digest(op, version),
+        lambda digest: digest,
+        lambda stored: stored if stored is None or isinstance(stored, str) else _invalid(),
+    )
+
+
+def _computed_action_digest(op, version: int = VERSION) -> str | None:
     """A hash of how ``op`` acts on basis states (all of them, or 64 drawn
     with a fixed key: the same states under every supported NetKet and JAX),
     or None if it cannot be computed (continuous spaces, operators without
