@@ -28,6 +28,13 @@ divides by four. The fingerprint is counted once, as a resume pays it
 of its action). Medians over ``--repeat`` pairs of processes; the cold
 and cached processes alternate.
 
+``--baseline DIR``: also a cold resume with the nkserde of the source tree
+``DIR`` (a checkout of an older commit, e.g. ``git worktree add
+/tmp/base 882baeb``, where issue 31 measured "today's" restart), in the
+same run, and the cached restart over it: the goal of issue 31 is a
+quarter of that restart, where what nkserde itself spends on a resume
+(fingerprint, load) was also slower.
+
 Models: ``rbm``: RBM alpha 1 on the 8-site Ising chain, VMC, Adam, 512
 samples; ``gcnn``: GCNN (2 layers, 4 features, complex) on the 4x4
 Heisenberg model, VMC_SR, 256 samples (the issue's case); ``vit``: a
@@ -100,7 +107,9 @@ def child(model: str, directory: Path, cache: str | None, steps: int) -> dict:
         def on_run_start(self, step, driver):
             marks["ready"] = time.perf_counter()
 
-    ckpt = nkserde.Checkpoint(directory, every=1, compile_cache=cache)
+    # (no compile_cache given to a cold run: an older nkserde has no such
+    # argument, and this one's "auto" is off in a cold run's environment)
+    ckpt = nkserde.Checkpoint(directory, every=1, **({"compile_cache": cache} if cache else {}))
     driver.run(steps, out=None, show_progress=False, callback=[Before(), ckpt, After()])
     times["fingerprint"] = marks["fingerprint"]
     times["load"] = marks["ready"] - marks["start"] - marks["fingerprint"]
@@ -165,9 +174,11 @@ def _vit(graph):
     return ViT()
 
 
-def spawn(model: str, directory: Path, cache: str | None, steps: int) -> dict:
+def spawn(model: str, directory: Path, cache: str | None, steps: int, source: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     env["NKSERDE_COMPILATION_CACHE"] = "off"  # the cold runs: no cache at all
+    if source is not None:  # the baseline's nkserde, before the installed one
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, (source, env.get("PYTHONPATH"))))
     command = [sys.executable, __file__, "--child", model, str(directory), cache or "", str(steps)]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -179,27 +190,33 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="rbm,gcnn,vit")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--baseline", help="a source tree of an older nkserde, resumed cold beside")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         model, directory, cache, steps = args.child
         print(json.dumps(child(model, Path(directory), cache or None, int(steps))))
         return
+    if args.baseline and not (Path(args.baseline) / "nkserde" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no nkserde/__init__.py there (a source tree of nkserde)")
     with tempfile.TemporaryDirectory(prefix="nkserde-restart-") as root:
         root = Path(root)
         print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
         for model in args.models.split(","):
-            rows = {"cold": [], "cache": []}
+            modes = ("cold", "cache", "base cold") if args.baseline else ("cold", "cache")
+            rows = {mode: [] for mode in modes}
             for r in range(args.repeat):
-                for mode in ("cold", "cache"):
-                    directory = root / f"{model}-{mode}-{r}"
+                for mode in modes:
+                    directory = root / f"{model}-{mode.replace(' ', '-')}-{r}"
                     cache = str(root / f"jax-cache-{model}-{r}") if mode == "cache" else None
-                    spawn(model, directory, cache, 2)  # the job that was preempted after 2 steps
-                    got = spawn(model, directory, cache, 5)  # the requeued job resumes it
+                    source = str(Path(args.baseline).resolve()) if mode == "base cold" else None
+                    spawn(model, directory, cache, 2, source)  # the job that was preempted after 2 steps
+                    got = spawn(model, directory, cache, 5, source)  # the requeued job resumes it
                     assert got["resumed_from"] == 2, got
                     rows[mode].append(got)
             print(f"\n{model}:")
-            print(f"  {'phase':<12} {'cold s':>8} {'cache s':>8} {'cache/cold':>10}")
+            base = f" {'base cold s':>11} {'cache/base':>10}" if args.baseline else ""
+            print(f"  {'phase':<12} {'cold s':>8} {'cache s':>8} {'cache/cold':>10}{base}")
             medians = {}
             for mode in rows:
                 medians[mode] = {p: statistics.median(row[p] for row in rows[mode]) for p in PHASES}
@@ -207,8 +224,16 @@ def main():
                 m["restart"] = m["build"] + m["fingerprint"] + m["load"] + m["first step"] - m["warm step"]
             for phase in (*PHASES, "restart"):
                 cold, warm = medians["cold"][phase], medians["cache"][phase]
-                print(f"  {phase:<12} {cold:8.2f} {warm:8.2f} {warm / cold if cold else float('nan'):10.2f}")
+                line = f"  {phase:<12} {cold:8.2f} {warm:8.2f} {_ratio(warm, cold):10.2f}"
+                if args.baseline:
+                    then = medians["base cold"][phase]
+                    line += f" {then:11.2f} {_ratio(warm, then):10.2f}"
+                print(line)
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
 
 
 if __name__ == "__main__":
