@@ -21,6 +21,7 @@ from . import jax_cache, jax_internals, numba_cache, result_cache
 
 # the packages whose numba functions get a cache (NetKet asks for none)
 PACKAGES = ("netket",)
+_given: Path | None = None  # the directory use() was last given in this process (None: the default)
 
 
 def use(directory=None, *, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path | None:
@@ -30,6 +31,8 @@ def use(directory=None, *, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path
     is in. Takes effect for what compiles from now on (and writes NetKet's
     kernels compiled before); call it again after importing a NetKet
     module that was not loaded."""
+    global _given
+    _given = None if directory is None else Path(directory)
     path = jax_cache.use(directory, max_bytes=max_bytes)
     root = Path(directory) if directory is not None else jax_cache.default_directory()
     writes = lambda: jax_internals.process_id() == 0  # noqa: E731  (as JAX writes its cache)
@@ -40,3 +43,11 @@ def use(directory=None, *, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path
             if kept.is_dir():
                 prune(kept)
     return path
+
+
+def use_default(*, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path | None:
+    """:func:`use` of the directory given to it earlier in this process
+    (``nkserde.compilation_cache(DIR)`` at the top of a script), else of
+    the default one: what a Checkpoint's ``compile_cache="auto"`` sets, so
+    that it keeps the script's own directory."""
+    return use(_given, max_bytes=max_bytes)

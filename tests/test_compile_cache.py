@@ -31,7 +31,9 @@ probes = []  # the fingerprint's probes that ran (not taken from the result cach
 counted = lambda f: lambda *a, **k: probes.append(f) or f(*a, **k)
 for name in ("_computed_call", "_computed_updates", "_computed_action_digest"):
     setattr(run_fingerprint, name, counted(getattr(run_fingerprint, name)))
-options = {} if sys.argv[2] == "auto" else {"compile_cache": None}
+options = {} if sys.argv[2] in ("auto", "script") else {"compile_cache": None}
+if sys.argv[2] == "script":  # the documented line at the top of a script, with a directory of one's own
+    nkserde.compilation_cache(sys.argv[4])
 ckpt = nkserde.Checkpoint(sys.argv[1], every=1, **options)
 hamiltonian = builders.system()[2].to_local_operator()
 driver = nk.driver.VMC(hamiltonian, optax.adam(1e-2), variational_state=builders.mc_state())
@@ -50,14 +52,17 @@ def run(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, 
     return run_counting(tmp_path, ckpt, mode, steps, **env)[:2]
 
 
-def run_counting(tmp_path: Path, ckpt: Path, mode: str, steps: int, **env) -> tuple[str, int, int, int, int]:
+def run_counting(
+    tmp_path: Path, ckpt: Path, mode: str, steps: int, script_cache: Path | None = None, **env
+) -> tuple[str, int, int, int, int]:
     """(JAX's cache directory, its hits, numba's cache hits and misses in
-    NetKet's kernels, the fingerprint's probes that ran)."""
+    NetKet's kernels, the fingerprint's probes that ran). ``mode``: "auto"
+    (the Checkpoint's default), "off" (``compile_cache=None``) or "script"
+    (``nkserde.compilation_cache(script_cache)`` before the Checkpoint)."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
     environ.update({"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": _pythonpath(), **env})
-    done = subprocess.run(
-        [sys.executable, "-c", RUN, str(ckpt), mode, str(steps)], capture_output=True, text=True, env=environ
-    )
+    arguments = [str(ckpt), mode, str(steps)] + ([str(script_cache)] if script_cache is not None else [])
+    done = subprocess.run([sys.executable, "-c", RUN, *arguments], capture_output=True, text=True, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     words = done.stdout.split()
     cache, hits, numba = words.index("cache"), words.index("hits"), words.index("numba")
@@ -96,6 +101,20 @@ def test_a_cache_the_user_configured_is_left_as_it_is(tmp_path):
     mine = tmp_path / "mine"
     cache, _ = run(tmp_path, tmp_path / "ckpt", "auto", 2, JAX_COMPILATION_CACHE_DIR=str(mine))
     assert cache == str(mine)
+
+
+def test_a_checkpoint_keeps_the_cache_directory_the_script_chose(tmp_path):
+    # nkserde.compilation_cache(DIR) at the top, then a Checkpoint of the
+    # default compile_cache="auto": everything stays in DIR (the Checkpoint
+    # moved JAX's, numba's and the probes' caches to the default directory)
+    mine = tmp_path / "mine"
+    cache, _, _, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "script", 2, script_cache=mine)
+    assert cache == str(mine)
+    assert compiled > 0 and any((mine / "numba").rglob("*.nbc"))
+    assert probes > 0 and any((mine / "results").glob("*.json"))
+    assert not (tmp_path / "xdg").exists()
+    cache, hits, loaded, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "script", 4, script_cache=mine)
+    assert cache == str(mine) and hits > 0 and loaded > 0 and compiled == 0 and probes == 0
 
 
 def test_the_cache_is_per_jax_release_and_machine(tmp_path, monkeypatch):

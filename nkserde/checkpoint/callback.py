@@ -173,7 +173,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         way the checkpoints already written stay: retention only runs after
         a checkpoint is written and verified.
       compile_cache: ``"auto"`` (JAX's persistent compilation cache in the
-        user's cache directory, per JAX version and machine:
+        directory the script gave ``nkserde.compilation_cache()``, else in
+        the user's cache directory, per JAX version and machine:
         :mod:`nkserde.jax_cache`, and beside it numba's cache of NetKet's
         operator kernels: :mod:`nkserde.numba_cache`), a directory of one's
         own, or None: compiled code outlives the process, so a resumed run
@@ -288,7 +289,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.compile_cache = compile_cache
         if compile_cache == "auto":
             if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
-                compiled_code.use()
+                compiled_code.use_default()  # a directory the script chose stays
         elif compile_cache is not None and compile_cache is not False:
             compiled_code.use(compile_cache)
         self.init_from = None if init_from is None else Path(init_from)
