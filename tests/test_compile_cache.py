@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import builders as B
 import nkserde
 from nkserde import jax_cache
@@ -115,6 +117,65 @@ def test_a_checkpoint_keeps_the_cache_directory_the_script_chose(tmp_path):
     assert not (tmp_path / "xdg").exists()
     cache, hits, loaded, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "script", 4, script_cache=mine)
     assert cache == str(mine) and hits > 0 and loaded > 0 and compiled == 0 and probes == 0
+
+
+# a run (or its resume) that counts JAX's persistent-cache misses of its
+# steps: those after the Checkpoint's on_run_start, where a resume restores
+RESUME = """
+import jax, sys
+misses, phase = [], ["build"]
+miss = lambda event, **kw: misses.append(phase[0]) if event.endswith("cache_misses") else None
+jax.monitoring.register_event_listener(miss)
+import builders, netket as nk, nkserde
+nkserde.compilation_cache(sys.argv[2])
+driver = getattr(builders, sys.argv[3])()
+class Steps(nk.callbacks.AbstractCallback):
+    @property
+    def callback_order(self):
+        return 10**6  # after the Checkpoint's restore
+    def on_run_start(self, step, driver):
+        phase[0] = "steps"
+ckpt = nkserde.Checkpoint(sys.argv[1], every=1)
+amount = float(sys.argv[4]) if "." in sys.argv[4] else int(sys.argv[4])
+driver.run(amount, out=None, show_progress=False, callback=[ckpt, Steps()])
+print("resumed", ckpt.resumed_from, "misses", misses.count("steps"))
+"""
+
+
+def resume_counting(tmp_path: Path, driver: str, first: str, total: str) -> tuple[list[str], list[str]]:
+    """What RESUME printed for a run of ``driver`` to ``first`` and for its
+    resume to ``total`` (steps, or a time with a dot), both with
+    ``nkserde.compilation_cache(tmp_path / "cache")``."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    environ["PYTHONPATH"] = _pythonpath()
+    said = []
+    for amount in (first, total):
+        command = [sys.executable, "-c", RESUME, str(tmp_path / "ckpt"), str(tmp_path / "cache"), driver, amount]
+        done = subprocess.run(command, capture_output=True, text=True, env=environ)
+        assert done.returncode == 0, done.stderr[-3000:]
+        said.append(done.stdout.split())
+    first_run, resumed = said
+    assert first_run[first_run.index("resumed") + 1] == "None"
+    assert resumed[resumed.index("resumed") + 1] != "None"
+    return first_run, resumed
+
+
+def _count(said: list[str], what: str) -> int:
+    return int(said[said.index(what) + 1])
+
+
+@pytest.mark.parametrize("driver, first, total", [("vmc_sr", "2", "4"), ("tdvp", "0.02", "0.04")])
+def test_the_steps_of_a_resumed_run_compile_nothing_its_first_run_did_not(tmp_path, driver, first, total):
+    # The state a resume restores has the types, shapes and placement of
+    # the state the run had: its steps call NetKet's jitted functions with
+    # the arguments they had before the interruption, so every one comes
+    # from the compilation cache. (VMC_SR's online statistics restored with
+    # Python numbers where NetKet's update had left JAX scalars compiled a
+    # third variant of online_statistics on every resume: 0.43 s of XLA for
+    # the GCNN of benchmarks/restart.py.)
+    first_run, resumed = resume_counting(tmp_path, driver, first, total)
+    assert _count(first_run, "misses") > 0
+    assert _count(resumed, "misses") == 0, resumed
 
 
 def test_the_cache_is_per_jax_release_and_machine(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from netket.utils.struct import Pytree
@@ -26,11 +27,12 @@ from . import internals
 from ._common import attributes, find, module_path, refusing_to_drop_run_state, replace_record
 
 
-def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_name=None):
+def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_name=None, from_state=replace_record):
     """``cls`` (a NetKet Pytree or dataclass) stored as the attributes
-    ``fields``, loaded with ``replace``. ``old_name``: what nkserde 0.1 wrote
-    (the module path under NetKet 3.23, the only NetKet it supported;
-    default: the class's module path, where NetKet never moved it)."""
+    ``fields``, loaded with ``replace`` (or ``from_state``). ``old_name``:
+    what nkserde 0.1 wrote (the module path under NetKet 3.23, the only
+    NetKet it supported; default: the class's module path, where NetKet
+    never moved it)."""
     if cls is None:
         return
     registry.register(
@@ -38,7 +40,7 @@ def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_nam
         name=name,
         version=1,
         to_state=attributes(fields),
-        from_state=replace_record,
+        from_state=from_state,
         fields=fields,
         aliases=(old_name or module_path(cls),),
         doc=doc,
@@ -109,7 +111,32 @@ def _online_stats_from_fields(fields):
     # (max_lag, not stored, is the width of the lag buffer)
     n_chains, max_lag = np.shape(fields["_chain_buf"])
     empty = _OnlineStats(n_chains, jnp.asarray(fields["_chain_mean"]).dtype, max_lag=max_lag)
-    return empty.replace(**fields)
+    return _as_updated(empty.replace(**fields))
+
+
+def _online_stats_from_state(template, restored: dict):
+    return _as_updated(replace_record(template, restored))
+
+
+def _as_updated(stats):
+    """``stats`` with ``_decay`` and ``_n_samples_total`` as NetKet's update
+    returns them once it has counted samples: weak-typed JAX scalars (a
+    fresh OnlineStats, the template, holds Python numbers). The first step
+    after a resume then calls the jitted ``online_statistics`` with the
+    arguments of the run's later steps, so JAX reuses that compilation
+    (cached) instead of compiling a third variant on every resume (0.43 s
+    of XLA for the GCNN of benchmarks/restart.py). The values are the
+    file's; ``jax.device_put`` of a Python number keeps it weak-typed
+    without compiling anything."""
+    total, decay = stats._n_samples_total, stats._decay
+    if total is None or int(total) == 0:
+        return stats  # as fresh: NetKet's next step starts the statistics again
+    # placed as the restored arrays beside them (NetKet's mesh, replicated)
+    like = getattr(stats._buf_len, "sharding", None)
+    return stats.replace(
+        _n_samples_total=jax.device_put(int(total), like),
+        _decay=None if decay is None else jax.device_put(float(decay), like),
+    )
 
 
 _register_record(
@@ -117,6 +144,7 @@ _register_record(
     "netket.stats.OnlineStats",
     _ONLINE_STATS_FIELDS,
     from_fields=_online_stats_from_fields,
+    from_state=_online_stats_from_state,
     old_name="netket._src.stats.online_stats.accumulator.OnlineStats",
     doc=(
         "`_decay`: float or None; `_chain_count`, `_chain_mean`, `_chain_M2`: [n_chains]; "
