@@ -10,14 +10,16 @@ numba's files go in a ``numba`` subdirectory of the directory given (or of
 nkserde's default one, also when JAX's cache is one the user configured),
 written by process 0 only, and bounded apart from JAX's entries; the
 fingerprint's probes of functions, optimizers and operators
-(:mod:`nkserde.result_cache`) in a ``results`` one, likewise.
+(:mod:`nkserde.result_cache`) in a ``results`` one, likewise, and with them
+the arrays NetKet packs a jax LocalOperator into with numba
+(:mod:`nkserde.operator_tables`: a resumed process then starts no numba).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import jax_cache, jax_internals, numba_cache, result_cache
+from . import jax_cache, jax_internals, numba_cache, operator_tables, result_cache
 
 # the packages whose numba functions get a cache (NetKet asks for none)
 PACKAGES = ("netket",)
@@ -38,6 +40,7 @@ def use(directory=None, *, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path
     writes = lambda: jax_internals.process_id() == 0  # noqa: E731  (as JAX writes its cache)
     numba_cache.use(root / "numba", PACKAGES, may_write=writes)
     result_cache.use(root / "results", may_write=writes)
+    operator_tables.use()
     if writes():
         for kept, prune in ((root / "numba", numba_cache.prune), (root / "results", result_cache.prune)):
             if kept.is_dir():

@@ -222,3 +222,29 @@ def raising_callback(stop: BaseException):
             raiser = owner
         tb = tb.tb_next
     return raiser
+
+
+# ------------------------------------------------------------------ operators
+
+
+def wrap_jax_local_operator_packing(wrap) -> bool:
+    """Replaces the function that a jax ``LocalOperator`` (also
+    ``Heisenberg``, ``Ising`` as LocalOperators) calls, the first time it is
+    used, to pack its terms into arrays with numba by ``wrap(original)``:
+    ``pack_internals`` of ``netket.operator._local_operator.compile_helpers``,
+    which ``pack_internals_jax`` of the same module calls by its global name
+    (3.21 to 3.23; the numba LocalOperator imports its own reference, left
+    as it is). Once per process; False where NetKet has no such function."""
+    try:
+        from netket.operator._local_operator import compile_helpers
+    except ImportError:
+        return False
+    original = getattr(compile_helpers, "pack_internals", None)
+    if original is None or not callable(getattr(compile_helpers, "pack_internals_jax", None)):
+        return False
+    if getattr(original, "_nkserde_wrapped", False):
+        return True
+    wrapped = wrap(original)
+    wrapped._nkserde_wrapped = True
+    compile_helpers.pack_internals = wrapped
+    return True
