@@ -55,7 +55,7 @@ def _kept(pack):
         if stored is not None:
             try:
                 return _decode(stored)
-            except (KeyError, TypeError, ValueError):
+            except (AttributeError, IndexError, KeyError, TypeError, ValueError):
                 pass  # not what put() wrote: packed again
         data = compute()
         encoded = _encode(data)

@@ -82,3 +82,15 @@ def test_another_operator_is_another_result(packing, tmp_path):
     assert calls and len(list((tmp_path / "results").glob("*.json"))) == 2
     result_cache.use(None)
     _same(compile_helpers.pack_internals_jax(hilbert, changed, constant, dtype, cutoff), doubled)
+
+
+def test_a_result_that_is_not_tables_is_packed_again(packing, tmp_path, monkeypatch):
+    # whole files (their checksums match) that put() of this module did not write
+    pack, calls = packing
+    result_cache.use(tmp_path / "results")
+    reference = pack(*_operator())
+    for foreign in ([1, 2], {"x": ["array", "|O", [1], ""]}, {"x": ["what"]}, {"x": []}, "text"):
+        monkeypatch.setattr(result_cache, "get", lambda key, value=foreign: value)
+        calls.clear()
+        _same(reference, pack(*_operator()))
+        assert calls, foreign
