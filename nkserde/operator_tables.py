@@ -43,32 +43,17 @@ def use() -> bool:
 def _kept(pack):
     @functools.wraps(pack)
     def packed(hilbert, operators_dict, constant, dtype, mel_cutoff):
+        parts = (hilbert, operators_dict, constant, np.dtype(dtype), mel_cutoff)
+        key = content_key.key(f"operator tables {VERSION}", *parts) if result_cache.directory() is not None else None
         compute = lambda: pack(hilbert, operators_dict, constant, dtype, mel_cutoff)  # noqa: E731
-        if result_cache.directory() is None:
-            return compute()
-        key = content_key.key(
-            f"operator tables {VERSION}", hilbert, operators_dict, constant, np.dtype(dtype), mel_cutoff
-        )
-        if key is None:
-            return compute()
-        stored = result_cache.get(key)
-        if stored is not None:
-            try:
-                return _decode(stored)
-            except (AttributeError, IndexError, KeyError, TypeError, ValueError):
-                pass  # not what put() wrote: packed again
-        data = compute()
-        encoded = _encode(data)
-        if encoded is not None:
-            result_cache.put(key, encoded)
-        return data
+        return result_cache.memoized(key, compute, _encode, _decode)
 
     return packed
 
 
 def _encode(data: dict):
     """JSON of ``pack_internals``' dict (arrays by dtype, shape and bytes;
-    numbers), None if it holds anything else or is too large."""
+    numbers), NOT_KEPT if it holds anything else or is too large."""
     out, size = {}, 0
     for name, value in data.items():
         if isinstance(value, np.ndarray) and value.dtype != object:
@@ -79,8 +64,8 @@ def _encode(data: dict):
         elif isinstance(value, (int, np.integer)):
             out[name] = ["int", int(value), np.asarray(value).dtype.str]
         else:
-            return None
-    return out if size <= _MAX_BYTES else None
+            return result_cache.NOT_KEPT
+    return out if size <= _MAX_BYTES else result_cache.NOT_KEPT
 
 
 def _decode(stored: dict) -> dict:

@@ -7,6 +7,7 @@ compile a few tenths of a second in every process). Knows files and JSON
     result_cache.use(directory, may_write=lambda: rank == 0)
     result_cache.get(key)           # what put() stored under key, else None
     result_cache.put(key, value)    # a JSON value, written atomically
+    result_cache.memoized(key, compute, encode, decode)  # the two around a computation
 
 A key is a digest of everything the result depends on (the caller's
 business: :mod:`nkserde.checkpoint.content_key`). One small file per key,
@@ -89,6 +90,31 @@ def put(key: str, value) -> bool:
     except (OSError, TypeError, ValueError):
         return False
     return True
+
+
+NOT_KEPT = object()  # what an ``encode`` of :func:`memoized` returns for a value not to store
+
+
+def memoized(key: str | None, compute: Callable, encode: Callable, decode: Callable):
+    """``compute()``, or what it returned in an earlier process under
+    ``key``: ``decode`` of the JSON that ``encode`` made of it (stored as
+    ``{"value": ...}``). A stored value that ``decode`` refuses (raises) is
+    computed again; ``encode`` returning :data:`NOT_KEPT` stores nothing.
+    ``key`` None (a part the caller cannot describe, or no cache): always
+    computed, nothing stored."""
+    if key is not None:
+        stored = get(key)
+        if isinstance(stored, dict) and "value" in stored:
+            try:
+                return decode(stored["value"])
+            except Exception:  # noqa: BLE001  (not what put() wrote: computed again)
+                pass
+    value = compute()
+    if key is not None:
+        encoded = encode(value)
+        if encoded is not NOT_KEPT:
+            put(key, {"value": encoded})
+    return value
 
 
 def prune(root, max_bytes: int = DEFAULT_MAX_BYTES) -> int:

@@ -89,7 +89,8 @@ def test_a_result_that_is_not_tables_is_packed_again(packing, tmp_path, monkeypa
     pack, calls = packing
     result_cache.use(tmp_path / "results")
     reference = pack(*_operator())
-    for foreign in ([1, 2], {"x": ["array", "|O", [1], ""]}, {"x": ["what"]}, {"x": []}, "text"):
+    values = ([1, 2], {"x": ["array", "|O", [1], ""]}, {"x": ["what"]}, {"x": []}, "text")
+    for foreign in (*values, *({"value": value} for value in values)):
         monkeypatch.setattr(result_cache, "get", lambda key, value=foreign: value)
         calls.clear()
         _same(reference, pack(*_operator()))

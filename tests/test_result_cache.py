@@ -153,3 +153,23 @@ def test_nothing_is_kept_without_a_directory_or_where_this_process_does_not_writ
     result_cache.use(kept, may_write=lambda: False)  # not process 0
     fingerprint(driver())
     assert not kept.exists()
+
+
+def test_memoized_computes_once_and_again_only_where_it_must(kept):
+    # the one helper around a kept computation (the fingerprint's probes,
+    # nkserde.operator_tables): kept once, taken after; a value its decode
+    # refuses is computed again; NOT_KEPT and key None store nothing
+    result_cache.use(kept)
+    runs = []
+
+    def compute(value):
+        return lambda: runs.append(value) or value
+
+    same = lambda v: v  # noqa: E731
+    assert result_cache.memoized("k1", compute(3), same, same) == 3
+    assert result_cache.memoized("k1", compute(4), same, same) == 3 and runs == [3]
+    assert result_cache.memoized("k1", compute(5), same, lambda v: 1 / 0) == 5 and runs == [3, 5]
+    assert result_cache.memoized("k2", compute(6), lambda v: result_cache.NOT_KEPT, same) == 6
+    assert result_cache.get("k2") is None
+    assert result_cache.memoized(None, compute(7), same, same) == 7
+    assert result_cache.memoized(None, compute(8), same, same) == 8 and runs == [3, 5, 6, 7, 8]

@@ -933,21 +933,11 @@ def _negated(text: str) -> str:
 
 def _memoized(kind: str, parts: tuple, compute, encode, decode):
     """``compute()``, or what it returned in an earlier process for the same
-    ``parts`` (:mod:`nkserde.result_cache`, keyed by
+    ``parts`` (:func:`nkserde.result_cache.memoized`, keyed by
     :func:`nkserde.checkpoint.content_key.key`: nothing is kept where a
     part cannot be described by its content, or without a cache)."""
     key = content_key.key(f"fingerprint {VERSION} {kind}", *parts) if result_cache.directory() is not None else None
-    if key is not None:
-        stored = result_cache.get(key)
-        if isinstance(stored, dict) and "value" in stored:
-            try:
-                return decode(stored["value"])
-            except Exception:  # noqa: BLE001  (not what put() wrote: computed again)
-                pass
-    value = compute()
-    if key is not None:
-        result_cache.put(key, {"value": encode(value)})
-    return value
+    return result_cache.memoized(key, compute, encode, decode)
 
 
 def _invalid():
