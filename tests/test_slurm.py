@@ -36,6 +36,10 @@ RUN = cluster.RUN
 N_ITER = 50
 STEP = {"STEP_SECONDS": "3", "N_ITER": str(N_ITER)}
 TIME = "--time=3"  # minutes
+# the jobs with no signal must not fit in their walltime however fast they
+# start: 50 steps of 4 s are 200 s of a 180-s job (of 3 s, 150 s: a quick
+# start ended the run before its time limit, with no stop to test)
+LONG_STEP = {**STEP, "STEP_SECONDS": "4"}
 SIGNAL = "--signal=USR1@40"  # in place of the script's USR1@120
 
 
@@ -59,8 +63,8 @@ def plan() -> dict:
         "signal": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP}),
         "signal-2-tasks": (JOB_SH, [TIME, SIGNAL, "--ntasks=2"], {**cache, **STEP}),
         "batch-signal": (BATCH_SIGNAL_SH, [TIME, "--signal=B:USR1@40"], {**cache, **STEP}),
-        "no-signal": (JOB_SH, [TIME], {**cache, **STEP}),
-        "auto-slurm-requeue": (JOB_SH, [TIME], {**cache, **STEP, "AUTO_SLURM_REQUEUE": "60"}),
+        "no-signal": (JOB_SH, [TIME], {**cache, **LONG_STEP}),
+        "auto-slurm-requeue": (JOB_SH, [TIME], {**cache, **LONG_STEP, "AUTO_SLURM_REQUEUE": "60"}),
         "raises": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3"}),
         "raises-requeued": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3", "REQUEUE_ON_ERROR": "2"}),
     }
