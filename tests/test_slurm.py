@@ -40,6 +40,11 @@ TIME = "--time=3"  # minutes
 # start: 50 steps of 4 s are 200 s of a 180-s job (of 3 s, 150 s: a quick
 # start ended the run before its time limit, with no stop to test)
 LONG_STEP = {**STEP, "STEP_SECONDS": "4"}
+# NetKet's AutoSlurmRequeue(before=60 s) requeues every 120 s of a 180-s
+# job: with 4-s steps its second requeue fell on step 50, the run's last,
+# and the SIGTERM that followed found the run finished (exit 0, CI red at
+# d346256). 5-s steps put the requeues near steps 17 and 40, mid-run.
+AUTO_REQUEUE_STEP = {**STEP, "STEP_SECONDS": "5"}
 SIGNAL = "--signal=USR1@40"  # in place of the script's USR1@120
 
 
@@ -64,7 +69,7 @@ def plan() -> dict:
         "signal-2-tasks": (JOB_SH, [TIME, SIGNAL, "--ntasks=2"], {**cache, **STEP}),
         "batch-signal": (BATCH_SIGNAL_SH, [TIME, "--signal=B:USR1@40"], {**cache, **STEP}),
         "no-signal": (JOB_SH, [TIME], {**cache, **LONG_STEP}),
-        "auto-slurm-requeue": (JOB_SH, [TIME], {**cache, **LONG_STEP, "AUTO_SLURM_REQUEUE": "60"}),
+        "auto-slurm-requeue": (JOB_SH, [TIME], {**cache, **AUTO_REQUEUE_STEP, "AUTO_SLURM_REQUEUE": "60"}),
         "raises": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3"}),
         "raises-requeued": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3", "REQUEUE_ON_ERROR": "2"}),
     }
