@@ -234,13 +234,13 @@ def nkserde_serial_save(state, stem: Path) -> Path:
     """nkserde's save with the checksum computed before the writes, in the
     writing thread (as before issue 9): the same file bytes."""
     import nkserde
-    from nkserde.format import writer
+    from nkserde.format import array_write
 
-    saved, writer.PARALLEL_CHECKSUM = writer.PARALLEL_CHECKSUM, 1 << 62
+    saved, array_write.PARALLEL_CHECKSUM = array_write.PARALLEL_CHECKSUM, 1 << 62
     try:
         return nkserde.save(state, stem.with_suffix(".nks"))
     finally:
-        writer.PARALLEL_CHECKSUM = saved
+        array_write.PARALLEL_CHECKSUM = saved
 
 
 def nkserde_load(path: Path, template):

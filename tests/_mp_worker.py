@@ -339,7 +339,7 @@ def save_failing(file, failing_rank, how):
     file object, the others with os.pwrite."""
     import errno
 
-    import nkserde.format.writer as writer
+    import nkserde.format.together as together
 
     driver = vmc()
     nkserde.save(driver, file)
@@ -366,7 +366,7 @@ def save_failing(file, failing_rank, how):
                 def __getattr__(self, name):
                     return getattr(self.f, name)
 
-            writer.open = lambda *a, **k: Failing(real_open(*a, **k))
+            together.open = lambda *a, **k: Failing(real_open(*a, **k))
         else:
             os.pwrite = fail
     try:

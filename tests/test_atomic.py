@@ -28,7 +28,7 @@ _CRASHING_SAVE = textwrap.dedent("""
             time.sleep(60)
         return real(data)
     codecs.choose_codec = slow
-    import nkserde.format.writer as w
+    import nkserde.format.array_write as w
     w.codecs.choose_codec = slow
     write_file(sys.argv[1], {"a": np.full(1000, 2.0), "b": np.full(1000, 3.0)}, {})
 """)
@@ -78,7 +78,7 @@ def test_failed_save_leaves_no_temp_and_no_target(tmp_path, monkeypatch):
     temporary file exists: neither that file nor the target is left."""
     from nkserde.format import writer
 
-    real, seen = writer._stream_array_steps, []
+    real, seen = writer.stream_array_steps, []
 
     def failing_on_the_second(f, array, position, digest=None):
         seen.append(sorted(p.name for p in tmp_path.iterdir()))
@@ -86,7 +86,7 @@ def test_failed_save_leaves_no_temp_and_no_target(tmp_path, monkeypatch):
             raise OSError(5, "Input/output error")
         return (yield from real(f, array, position, digest))
 
-    monkeypatch.setattr(writer, "_stream_array_steps", failing_on_the_second)
+    monkeypatch.setattr(writer, "stream_array_steps", failing_on_the_second)
     target = tmp_path / "t.nks"
     with pytest.raises(nkserde.errors.FileWriteError, match="Input/output error"):
         nkserde.save({"a": np.ones(3), "b": np.zeros(4)}, target)

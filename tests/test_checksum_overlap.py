@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from nkserde import format as fileformat
-from nkserde.format import writer
+from nkserde.format import array_write
 from nkserde.format.checksum import checksum
 
 
@@ -20,9 +20,9 @@ def _tree():
 
 def test_overlapped_checksum_writes_the_same_bytes(tmp_path, monkeypatch):
     tree, meta = _tree(), {"created": "fixed"}
-    assert tree["big"].nbytes >= writer.PARALLEL_CHECKSUM
+    assert tree["big"].nbytes >= array_write.PARALLEL_CHECKSUM
     parallel = fileformat.write_file(tmp_path / "parallel.nks", tree, meta)
-    monkeypatch.setattr(writer, "PARALLEL_CHECKSUM", 1 << 62)
+    monkeypatch.setattr(array_write, "PARALLEL_CHECKSUM", 1 << 62)
     serial = fileformat.write_file(tmp_path / "serial.nks", tree, meta)
     assert parallel.read_bytes() == serial.read_bytes()
     header, loaded = fileformat.read_file(parallel)
@@ -35,7 +35,7 @@ def test_an_error_in_the_checksum_thread_fails_the_save(tmp_path, monkeypatch):
     """The checksum fails on the checksum thread only (the main thread's
     checksums of the small array and the header succeed): the save must
     still fail, with that thread's error, and publish nothing."""
-    real, failed_on = writer.checksum, []
+    real, failed_on = array_write.checksum, []
 
     def broken_on_its_thread(data):
         if threading.current_thread().name == "nkserde-checksum":
@@ -43,7 +43,7 @@ def test_an_error_in_the_checksum_thread_fails_the_save(tmp_path, monkeypatch):
             raise MemoryError("no memory for the checksum")
         return real(data)
 
-    monkeypatch.setattr(writer, "checksum", broken_on_its_thread)
+    monkeypatch.setattr(array_write, "checksum", broken_on_its_thread)
     with pytest.raises(MemoryError, match="no memory for the checksum"):
         fileformat.write_file(tmp_path / "x.nks", _tree(), {})
     assert failed_on == ["nkserde-checksum"]

@@ -1,8 +1,9 @@
 """The end of a file: the header (``{format_version, meta, tree, arrays}``,
-msgpack) and the trailer that finds it. A reader begins with
-:func:`open_index`, which validates the header and every array's index
-entry before any of their fields is used: any damage is a CorruptFileError
-naming the file and what failed, never a raw msgpack/struct error."""
+msgpack) and the trailer that finds it. A writer ends a file with
+:func:`write_header`; a reader begins with :func:`open_index`, which
+validates the header and every array's index entry before any of their
+fields is used: any damage is a CorruptFileError naming the file and what
+failed, never a raw msgpack/struct error."""
 
 from __future__ import annotations
 
@@ -32,6 +33,17 @@ _BLOCKED_KEYS = {"dtype", "shape", "blocks"}
 _BLOCK_KEYS = {"start", "shape", "offset", "stored", "codec", "checksum"}
 MAX_BLOCKS = 1 << 16
 MAX_GRID_CELLS = 1 << 22  # cells of the grid the blocks of one array are checked on
+
+
+def write_header(f, position: int, encoded, index, meta) -> None:
+    """Ends the file ``f``, whose payload ends at ``position``: the header of
+    the tree ``encoded``, the array ``index`` and ``meta``, then the trailer."""
+    header = msgpack.packb(
+        {"format_version": FORMAT_VERSION, "meta": meta, "tree": encoded, "arrays": index},
+        use_bin_type=True,
+    )
+    f.write(header)
+    f.write(TRAILER.pack(position, len(header), checksum(header), END_MAGIC))
 
 
 def corrupt(path, what) -> CorruptFileError:

@@ -55,11 +55,11 @@ import numpy as np
 
 from ..errors import CorruptFileError, FileWriteError, LoadLimitError, UnregisteredTypeError, UnsupportedVersionError
 from . import limits, tree_codec
+from .array_write import bytes_of
 from .atomic import atomic_write
 from .checksum import checksum
 from .layout import DTYPES, dtype_name
 from .reader import read_errors
-from .writer import _bytes_of
 
 MAGIC = b"\x89NKSHIS\n"  # 8 bytes, like an nkserde file's but not one
 VERSION = 1
@@ -113,7 +113,7 @@ def encode_record(tree) -> Record:
         name = dtype_name(array.dtype)
         if name is None:
             raise UnregisteredTypeError(f"cannot store arrays of dtype {array.dtype} in a history log")
-        data = _bytes_of(array)
+        data = bytes_of(array)
         table.append({"dtype": name, "shape": list(array.shape), "offset": offset, "nbytes": data.nbytes})
         parts.append(data)
         offset += data.nbytes
