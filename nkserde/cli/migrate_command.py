@@ -1,0 +1,116 @@
+"""``nkserde migrate IN [OUT]``: a file rewritten at today's format and
+schema versions (nkserde.migrate), or with ``--dry-run`` what would change.
+An up-to-date ``--dry-run`` reads the header alone; a migration imports
+NetKet when it runs."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from .. import file_info, schema
+from .. import format as fileformat
+from .command_error import CommandError, existing_file
+from .output import Output, print_json
+
+
+def _planned_changes(path: Path) -> tuple[dict, list[dict]]:
+    info = file_info.info(path)
+    return info, schema.newer_versions(info.get("types") or {})
+
+
+def _backup_path(path: Path) -> Path:
+    candidate = path.with_name(path.name + ".bak")
+    i = 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}.bak{i}")
+        i += 1
+    return candidate
+
+
+def cmd_migrate(args) -> int:
+    src = existing_file(args.input)
+    if args.in_place and args.output:
+        raise CommandError("give OUT or --in-place, not both")
+    dst = src if args.in_place else Path(args.output) if args.output else file_info.migrated_path(src)
+    if not args.in_place and dst.exists() and dst.resolve() == src.resolve():
+        raise CommandError(f"{src}: OUT is IN; migrate never overwrites IN unless --in-place (which keeps a backup)")
+    if not args.in_place and dst.exists() and not args.force:
+        raise CommandError(f"{dst}: exists; pass --force to replace it")
+    info, changes = _planned_changes(src)
+    result = {
+        "input": str(src),
+        "output": str(dst),
+        "dry_run": args.dry_run,
+        "backup": None,
+        "format_version": {"from": info["format_version"], "to": fileformat.FORMAT_VERSION},
+        "changes": changes,
+    }
+    result["up_to_date"] = not changes and info["format_version"] == fileformat.FORMAT_VERSION
+    template = _template(args.template) if args.template else None
+    if args.dry_run:
+        if template is not None:
+            from .. import api
+
+            api.load(template, src)  # raises now what the migration would raise
+        elif not result["up_to_date"]:
+            from ..file_migration import current_state_dict
+
+            current_state_dict(src)  # raises now what the migration would raise
+    else:
+        from ..file_migration import migrate as migrate_file
+
+        if args.in_place:
+            backup = _backup_path(src)
+            shutil.copy2(src, backup)
+            result["backup"] = str(backup)
+            try:
+                migrate_file(src, overwrite=True, template=template)
+            except BaseException:
+                backup.unlink()
+                raise
+        else:
+            migrate_file(src, dst, template=template)
+    if args.json:
+        print_json(result)
+        return 0
+    out = Output()
+    today = f"today's format ({fileformat.FORMAT_VERSION}) and schema versions"
+    backup = f"; backup {result['backup']}" if result["backup"] else ""
+    if result["up_to_date"] and args.dry_run:
+        out.line(f"{src}: already at {today}: nothing to migrate")
+    elif result["up_to_date"]:
+        out.line(f"{src}: already at {today}; written again to {dst}{backup}")
+    else:
+        verb = "would rewrite" if args.dry_run else "rewrote"
+        out.line(
+            f"{src}: {verb} at format {fileformat.FORMAT_VERSION} (from {info['format_version']}) -> {dst}{backup}"
+        )
+    for c in changes:
+        rename = f" -> {c['new_type']}" if c["new_type"] != c["type"] else ""
+        out.line(f"  {c['type']}{rename}: schema {c['from']} -> {c['to']}")
+    return 0
+
+
+def _template(spec: str):
+    """The object ``--template SCRIPT.py:FUNCTION`` (or ``MODULE:FUNCTION``)
+    builds: the script's top level runs (not its ``if __name__ ==
+    "__main__":`` part), then FUNCTION() is called."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name.isidentifier():
+        raise CommandError(f"--template {spec}: give SCRIPT.py:FUNCTION or MODULE:FUNCTION", code=2)
+    if where.endswith(".py") or Path(where).is_file():
+        import runpy
+
+        if not Path(where).is_file():
+            raise CommandError(f"--template {spec}: {where}: no such file")
+        sys.path.insert(0, str(Path(where).resolve().parent))  # the script's own imports, as python runs it
+        namespace = runpy.run_path(where, run_name="__nkserde_template__")
+    else:
+        import importlib
+
+        namespace = vars(importlib.import_module(where))
+    if not callable(namespace.get(name)):
+        raise CommandError(f"--template {spec}: {where} defines no function {name}")
+    return namespace[name]()
