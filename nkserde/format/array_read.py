@@ -10,8 +10,9 @@ import numpy as np
 
 from . import codecs
 from .checksum import checksum
-from .header import Block, corrupt, read_exact
+from .header import Block
 from .layout import ALIGNMENT, DTYPES
+from .read_failures import corrupt, read_exact
 
 
 def aligned_empty(nbytes: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import NamedTuple
 import msgpack
 import numpy as np
 
-from ..errors import CorruptFileError, UnsupportedVersionError
+from ..errors import UnsupportedVersionError
 from . import codecs, foreign, limits
 from .checksum import checksum
 from .layout import (
@@ -27,6 +27,7 @@ from .layout import (
     PREAMBLE,
     TRAILER,
 )
+from .read_failures import corrupt, read_exact
 
 _INDEX_KEYS = {"dtype", "shape", "offset", "nbytes", "stored", "codec", "checksum"}
 _BLOCKED_KEYS = {"dtype", "shape", "blocks"}
@@ -44,17 +45,6 @@ def write_header(f, position: int, encoded, index, meta) -> None:
     )
     f.write(header)
     f.write(TRAILER.pack(position, len(header), checksum(header), END_MAGIC))
-
-
-def corrupt(path, what) -> CorruptFileError:
-    return CorruptFileError(f"{path}: {what}")
-
-
-def read_exact(f, n: int, path, what: str) -> bytes:
-    data = f.read(n)
-    if len(data) != n:
-        raise corrupt(path, f"truncated while reading {what} ({len(data)} of {n} bytes)")
-    return data
 
 
 def open_header(f, path) -> tuple[dict, int]:

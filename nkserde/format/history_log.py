@@ -59,7 +59,7 @@ from .array_write import bytes_of
 from .atomic import atomic_write
 from .checksum import checksum
 from .layout import DTYPES, dtype_name
-from .reader import read_errors
+from .read_failures import corrupt, read_errors, read_exact
 
 MAGIC = b"\x89NKSHIS\n"  # 8 bytes, like an nkserde file's but not one
 VERSION = 1
@@ -189,22 +189,11 @@ def _write_error(path, step: str, exc: OSError) -> FileWriteError:
 # ------------------------------------------------------------------ reading
 
 
-def _corrupt(path, what) -> CorruptFileError:
-    return CorruptFileError(f"{path}: {what}")
-
-
-def _read_exact(f, n: int, path, what: str) -> bytes:
-    data = f.read(n)
-    if len(data) != n:
-        raise _corrupt(path, f"truncated while reading {what} ({len(data)} of {n} bytes)")
-    return data
-
-
 def _unpack(raw: bytes, path, what: str):
     try:
         return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
     except Exception as exc:  # msgpack raises many types; all mean the same here
-        raise _corrupt(path, f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
+        raise corrupt(path, f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 
 def _uint(v) -> bool:
@@ -229,17 +218,17 @@ def check_position(position, where) -> dict:
 def _read_header(f, path) -> tuple[dict, int]:
     size = os.fstat(f.fileno()).st_size
     if size < PREAMBLE.size:
-        raise _corrupt(path, f"{size} bytes is too short for a history log")
-    magic, version, _flags, length, digest = PREAMBLE.unpack(_read_exact(f, PREAMBLE.size, path, "preamble"))
+        raise corrupt(path, f"{size} bytes is too short for a history log")
+    magic, version, _flags, length, digest = PREAMBLE.unpack(read_exact(f, PREAMBLE.size, path, "preamble"))
     if magic != MAGIC:
-        raise _corrupt(path, f"bad magic bytes {magic!r}: not an nkserde history log")
+        raise corrupt(path, f"bad magic bytes {magic!r}: not an nkserde history log")
     if version > VERSION:
         raise UnsupportedVersionError(
             f"{path}: history log version {version} is newer than this nkserde supports (version {VERSION}); "
             "upgrade nkserde"
         )
     if version < 1:
-        raise _corrupt(path, f"invalid history log version {version}")
+        raise corrupt(path, f"invalid history log version {version}")
     max_header = limits.current().max_header_bytes
     if length > max_header:
         raise LoadLimitError(
@@ -247,13 +236,13 @@ def _read_header(f, path) -> tuple[dict, int]:
             "(nkserde.set_load_limits(max_header_bytes=...) or NKSERDE_MAX_HEADER_BYTES raise it)"
         )
     if PREAMBLE.size + length > size:
-        raise _corrupt(path, f"header of {length} bytes does not fit a file of {size} bytes")
-    raw = _read_exact(f, length, path, "header")
+        raise corrupt(path, f"header of {length} bytes does not fit a file of {size} bytes")
+    raw = read_exact(f, length, path, "header")
     if checksum(raw) != digest:
-        raise _corrupt(path, "history log header checksum mismatch: the header is damaged")
+        raise corrupt(path, "history log header checksum mismatch: the header is damaged")
     header = _unpack(raw, path, "the header")
     if not isinstance(header, dict) or not isinstance(header.get("id"), str) or not _ID.match(header["id"]):
-        raise _corrupt(path, "the header does not have the history log layout")
+        raise corrupt(path, "the header does not have the history log layout")
     if header.get("parent") is not None:
         check_position(header["parent"], f"{path}: header")
     return header, PREAMBLE.size + length
@@ -297,47 +286,47 @@ def read_records(
     with read_errors(path), open(path, "rb", buffering=0) as f:
         header, offset = _read_header(f, path)
         if header["id"] != file_id:
-            raise _corrupt(path, f"history log id {header['id']}, expected {file_id} (another log under that name)")
+            raise corrupt(path, f"history log id {header['id']}, expected {file_id} (another log under that name)")
         size = os.fstat(f.fileno()).st_size
         stop = size if end is None else end
         if stop > size:
-            raise _corrupt(path, f"the history log holds {size} bytes; its records should end at byte {stop}")
+            raise corrupt(path, f"the history log holds {size} bytes; its records should end at byte {stop}")
         i, max_head = 0, limits.current().max_header_bytes
         while (i < records) if records is not None else (offset < stop):
             value = chain(value, *_read_record(f, path, i, offset, stop, max_head, budget, trees if decode else None))
             offset = f.tell()
             i += 1
         if offset != stop:
-            raise _corrupt(path, f"record {i} should end the log at byte {stop}, it ends at byte {offset}")
+            raise corrupt(path, f"record {i} should end the log at byte {stop}, it ends at byte {offset}")
     return trees if decode else [None] * i, value
 
 
 def _read_record(f, path, i, offset, stop, max_header, budget, trees) -> tuple[int, int]:
     where = f"record {i} (byte {offset})"
     if offset + RECORD.size > stop:
-        raise _corrupt(path, f"{where}: runs past byte {stop}, where the log should end")
+        raise corrupt(path, f"{where}: runs past byte {stop}, where the log should end")
     f.seek(offset)
     magic, flags, head_length, data_length, head_digest, data_digest = RECORD.unpack(
-        _read_exact(f, RECORD.size, path, where)
+        read_exact(f, RECORD.size, path, where)
     )
     if magic != RECORD_MAGIC or flags:
-        raise _corrupt(path, f"{where}: not a history record (magic {magic!r}, flags {flags})")
+        raise corrupt(path, f"{where}: not a history record (magic {magic!r}, flags {flags})")
     if head_length > max_header:
         raise LoadLimitError(
             f"{path}: {where}: a head of {head_length} bytes is larger than the limit of {max_header} bytes "
             "(nkserde.set_load_limits(max_header_bytes=...) raises it)"
         )
     if offset + RECORD.size + head_length + data_length > stop:
-        raise _corrupt(
+        raise corrupt(
             path, f"{where}: {head_length}+{data_length} bytes run past byte {stop}, where the log should end"
         )
     budget.take(data_length, path, f"{where}: {data_length} bytes")
-    head = _read_exact(f, head_length, path, f"{where}: head")
+    head = read_exact(f, head_length, path, f"{where}: head")
     if checksum(head) != head_digest:
-        raise _corrupt(path, f"{where}: head checksum mismatch")
-    data = _read_exact(f, data_length, path, f"{where}: data")
+        raise corrupt(path, f"{where}: head checksum mismatch")
+    data = read_exact(f, data_length, path, f"{where}: data")
     if checksum(data) != data_digest:
-        raise _corrupt(path, f"{where}: data checksum mismatch")
+        raise corrupt(path, f"{where}: data checksum mismatch")
     if trees is not None:
         trees.append(_decode(head, data, path, where))
     return head_digest, data_digest
@@ -346,14 +335,14 @@ def _read_record(f, path, i, offset, stop, max_header, budget, trees) -> tuple[i
 def _decode(head: bytes, data: bytes, path, where: str):
     head = _unpack(head, path, f"{where}: the head")
     if not isinstance(head, dict) or set(head) != {"tree", "arrays"} or not isinstance(head["arrays"], list):
-        raise _corrupt(path, f"{where}: the head does not have the record layout")
+        raise corrupt(path, f"{where}: the head does not have the record layout")
     arrays = []
     for j, entry in enumerate(head["arrays"]):
         if not isinstance(entry, dict) or set(entry) != _ARRAY_KEYS:
-            raise _corrupt(path, f"{where}: array {j}: malformed entry")
+            raise corrupt(path, f"{where}: array {j}: malformed entry")
         dtype, shape, offset, nbytes = (entry[k] for k in ("dtype", "shape", "offset", "nbytes"))
         if not isinstance(dtype, str) or dtype not in DTYPES:
-            raise _corrupt(path, f"{where}: array {j}: unknown dtype {dtype!r:.80}")
+            raise corrupt(path, f"{where}: array {j}: unknown dtype {dtype!r:.80}")
         if (
             not isinstance(shape, list)
             or len(shape) > _MAX_DIMS
@@ -361,19 +350,19 @@ def _decode(head: bytes, data: bytes, path, where: str):
             or not _uint(offset)
             or not _uint(nbytes)
         ):
-            raise _corrupt(path, f"{where}: array {j}: malformed shape, offset or size")
+            raise corrupt(path, f"{where}: array {j}: malformed shape, offset or size")
         count = math.prod(shape)
         if nbytes != count * DTYPES[dtype].itemsize or offset + nbytes > len(data):
-            raise _corrupt(
+            raise corrupt(
                 path,
                 f"{where}: array {j} ({dtype}{shape}): {nbytes} bytes at {offset} do not fit its shape or the data",
             )
         try:
             array = np.frombuffer(data, dtype=DTYPES[dtype], count=count, offset=offset).reshape(shape).copy()
         except (ValueError, OverflowError) as exc:
-            raise _corrupt(path, f"{where}: array {j} ({dtype}{shape}): {exc}") from None
+            raise corrupt(path, f"{where}: array {j} ({dtype}{shape}): {exc}") from None
         arrays.append(array)
     try:
         return tree_codec.decode(head["tree"], arrays, set())
     except (ValueError, RecursionError) as exc:
-        raise _corrupt(path, f"{where}: the tree is malformed: {exc}") from None
+        raise corrupt(path, f"{where}: the tree is malformed: {exc}") from None

@@ -13,28 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptFileError, FileReadError, NkserdeError
+from ..errors import CorruptFileError
 from ..placement import ProcessValues, full_index
 from . import codecs, tree_codec
 from .array_read import aligned_empty, read_array, read_blocks
 from .checksum import streaming_checksum
-from .header import check_decoded, check_load_size, corrupt, open_header, open_index
+from .header import check_decoded, check_load_size, open_header, open_index
 from .layout import DTYPES
-
-
-@contextlib.contextmanager
-def read_errors(path):
-    """An OSError while reading ``path`` (EIO of a failing disk or network
-    file system, a permission) becomes a FileReadError naming the file; a
-    missing file stays FileNotFoundError."""
-    try:
-        yield
-    except (FileNotFoundError, NkserdeError):
-        raise
-    except OSError as exc:
-        error = FileReadError(exc.errno, f"{path}: reading the file failed: {exc.strerror or exc}")
-        error.filename = str(path)
-        raise error from exc
+from .read_failures import corrupt, read_errors
 
 
 def malformed_tree(path, exc: Exception) -> CorruptFileError:
