@@ -4,11 +4,50 @@ them: it imports NetKet when it runs); exit 0 same, 1 different, 2 error."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from ..errors import NkserdeError
 from .command_error import CommandError, existing
 from .output import Output, format_number, format_shape, format_time, format_versions, print_json
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """``nkserde diff`` and its own arguments (nkserde.cli.commands adds
+    the ones every command takes after them)."""
+    p = sub.add_parser(
+        "diff",
+        help="compare two files; exit 0 same, 1 different, 2 error",
+        description="Entries present in one file only, entries whose dtype or shape differ, "
+        "scalars that differ, and for arrays whose values differ the max absolute "
+        "and relative difference and the count of differing elements. Both files "
+        "are read at today's schema versions, so files of different format or "
+        "schema versions compare. A checkpoint compared with a file of its driver "
+        "compares the driver. A directory stands for its newest checkpoint that "
+        "verifies. Elements differ where |a - b| > atol + rtol * |b| (NaN equals "
+        "NaN). The wall-clock series of the loggers' histories are left out (--wall-clock), "
+        "and any path given to --exclude. Exit 0 same, 1 different, 2 error.",
+    )
+    p.add_argument("a", metavar="A", help="a file or checkpoint directory")
+    p.add_argument("b", metavar="B", help="a file or checkpoint directory")
+    p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default: 0, exact)")
+    p.add_argument("--rtol", type=float, default=0.0, help="relative tolerance (default: 0, exact)")
+    p.add_argument(
+        "--exclude",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="leave out the entries at PATH and under it, a pattern where * matches any part "
+        "(e.g. 'loggers/*', 'driver/state/sampler_state'); may be given again",
+    )
+    p.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="compare the wall-clock series of the loggers' histories too (NetKet logs each step's "
+        "time.perf_counter() as 'wallclock'; left out by default: it differs between two identical runs)",
+    )
+    p.set_defaults(func=cmd_diff, error_code=2)  # 1 says the files differ
+    return p
 
 
 def cmd_diff(args) -> int:

@@ -4,6 +4,7 @@ at a time, for their statistics); of a file NetKet wrote, what it holds."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -15,6 +16,28 @@ from .. import format as fileformat
 from ..format import foreign
 from .command_error import existing, existing_file
 from .output import NBSP, NETKET_FORMATS, Output, format_number, format_shape, format_size, format_time, print_json
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """``nkserde inspect`` and its own arguments (nkserde.cli.commands adds
+    the ones every command takes after them)."""
+    p = sub.add_parser(
+        "inspect",
+        help="metadata and the tree of entries of a file (reads the header only)",
+        description="Metadata (format version, nkserde/NetKet/JAX versions that wrote the file, "
+        "creation time, process count, root type, schema versions) and every entry: "
+        "path, dtype, shape, bytes on disk, codec, stored type and schema version. "
+        "Reads the header only, so a file of any size inspects at once.",
+    )
+    p.add_argument("file", metavar="FILE", help="an nkserde file (e.g. ckpt/run-0/step-0000000030.nks)")
+    p.add_argument(
+        "--arrays",
+        action="store_true",
+        help="read the arrays too and add min/max/mean and the counts of NaN and inf "
+        "(complex arrays: min/max of the absolute value)",
+    )
+    p.set_defaults(func=cmd_inspect)
+    return p
 
 
 def array_stats(a: np.ndarray) -> dict:
@@ -71,24 +94,15 @@ def _inspect_netket(path: Path, args) -> int:
     )
     out.line("  checks       none stored: no checksums, no schema versions (not an nkserde file)")
     out.line()
-    columns = ["path", "dtype[shape]", "bytes"] + (["min", "max", "mean", "nan", "inf"] if args.arrays else [])
+    columns = ["path", "dtype[shape]", "bytes"] + (STATS_COLUMNS if args.arrays else [])
     rows = []
     for e in entries:
         if e["kind"] == "array":
             row = [e["path"], format_shape(e), str(e["nbytes"])]
-            if args.arrays:
-                st = e["stats"]
-                row += [
-                    format_number(st["min"]),
-                    format_number(st["max"]),
-                    format_number(st["mean"]),
-                    str(st["nan"]),
-                    str(st["inf"]),
-                ]
         else:
-            value = json.dumps(e["value"])
-            row = [e["path"], "= " + (value if len(value) <= 32 else value[:29] + "..."), ""]
-            row += [""] * 5 if args.arrays else []
+            row = [e["path"], _value_cell(e["value"]), ""]
+        if args.arrays:
+            row += _stats_cells(e.get("stats"))
         rows.append(row)
     out.table(columns, rows)
     return 0
@@ -135,7 +149,7 @@ def cmd_inspect(args) -> int:
         [] if out.rich else ["type"]
     )
     if args.arrays:
-        columns += ["min", "max", "mean", "nan", "inf"]
+        columns += STATS_COLUMNS
     rows = []
     for e, label in zip(entries, _labels(entries, tree=out.rich)):
         pp = " per-process" if e["per_process"] else ""
@@ -151,26 +165,28 @@ def cmd_inspect(args) -> int:
             elif pp:
                 row[-1] += pp
         else:
-            value = json.dumps(e["value"])
-            row = [label, "= " + (value if len(value) <= 32 else value[:29] + "..."), "", ""] + (
-                [] if out.rich else [""]
-            )
+            row = [label, _value_cell(e["value"]), "", ""] + ([] if out.rich else [""])
         if args.arrays:
-            s = e.get("stats")
-            row += (
-                [
-                    format_number(s["min"]),
-                    format_number(s["max"]),
-                    format_number(s["mean"]),
-                    str(s["nan"]),
-                    str(s["inf"]),
-                ]
-                if s
-                else [""] * 5
-            )
+            row += _stats_cells(e.get("stats"))
         rows.append(row)
     out.table(columns, rows)
     return 0
+
+
+STATS_COLUMNS = ["min", "max", "mean", "nan", "inf"]  # --arrays: array_stats of each array
+
+
+def _stats_cells(stats: dict | None) -> list[str]:
+    """The STATS_COLUMNS of an entry's row: its array_stats, or blank."""
+    if not stats:
+        return [""] * len(STATS_COLUMNS)
+    return [format_number(stats[k]) for k in ("min", "max", "mean")] + [str(stats["nan"]), str(stats["inf"])]
+
+
+def _value_cell(value) -> str:
+    """A scalar entry's value in a table: its JSON, cut to 32 characters."""
+    text = json.dumps(value)
+    return "= " + (text if len(text) <= 32 else text[:29] + "...")
 
 
 def _labels(entries, tree: bool) -> list[str]:

@@ -5,6 +5,7 @@ wrote in it."""
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 
@@ -12,6 +13,28 @@ from ..format import foreign
 from . import listing
 from .command_error import CommandError, existing
 from .output import NBSP, NETKET_FORMATS, Output, format_number, format_size, format_time, print_json
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """``nkserde ls`` and its own arguments (nkserde.cli.commands adds
+    the ones every command takes after them)."""
+    p = sub.add_parser(
+        "ls",
+        help="the checkpoints of a checkpoint directory, and which one a resume loads",
+        description="For a Checkpoint directory, or each run-<i>/ of a checkpointed(...) "
+        "directory: the run's fingerprint and each checkpoint's step (and time, "
+        "for TDVP), size, creation time, whether it verifies, the last value of "
+        "the main loss its logger history holds (e.g. Energy -10.0053 ± 0.0021), "
+        "and the one a resume would load: the newest that verifies.",
+    )
+    p.add_argument("directory", metavar="DIR", help="a checkpoint directory")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="do not read the checkpoints whole to verify them (faster; no resume choice)",
+    )
+    p.set_defaults(func=cmd_ls)
+    return p
 
 
 def _loss(loss) -> str:

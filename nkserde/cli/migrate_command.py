@@ -5,6 +5,7 @@ NetKet when it runs."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from pathlib import Path
@@ -13,6 +14,32 @@ from .. import file_info, schema
 from .. import format as fileformat
 from .command_error import CommandError, existing_file
 from .output import Output, print_json
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """``nkserde migrate`` and its own arguments (nkserde.cli.commands adds
+    the ones every command takes after them)."""
+    p = sub.add_parser(
+        "migrate",
+        help="rewrite a file at today's format and schema versions",
+        description="Rewrites IN at today's file format and schema versions (nkserde.migrate), "
+        "atomically, to OUT (default: <stem>.migrated<suffix> beside IN). Never "
+        "overwrites IN unless --in-place, which first copies it to IN.bak.",
+    )
+    p.add_argument("input", metavar="IN", help="an nkserde file")
+    p.add_argument("output", metavar="OUT", nargs="?", help="where to write")
+    p.add_argument("--dry-run", action="store_true", help="list what would change; write nothing")
+    p.add_argument("--in-place", action="store_true", help="replace IN, keeping a backup IN.bak")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--template",
+        metavar="SCRIPT.py:FUNCTION",
+        help="the template, for a migration that needs one (a Metropolis sampler state of schema 1): "
+        "FUNCTION() of your script builds it, as for nkserde.migrate(..., template=); the script's "
+        'top level runs, its `if __name__ == "__main__":` part does not (MODULE:FUNCTION works too)',
+    )
+    p.set_defaults(func=cmd_migrate)
+    return p
 
 
 def _planned_changes(path: Path) -> tuple[dict, list[dict]]:

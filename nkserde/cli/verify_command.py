@@ -5,6 +5,7 @@ checked to decode whole."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from .. import file_info
@@ -12,6 +13,22 @@ from ..checkpoint_files import directory
 from ..errors import NkserdeError
 from ..format import foreign
 from .output import NETKET_FORMATS, Output, print_json
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    """``nkserde verify`` and its own arguments (nkserde.cli.commands adds
+    the ones every command takes after them)."""
+    p = sub.add_parser(
+        "verify",
+        help="check every checksum and the structure; exit 1 if any file fails",
+        description="Reads each file whole and checks the header, every array checksum and "
+        "the structure. Prints one line per file: ok, or the problem. A checkpoint "
+        "directory stands for all its checkpoints. Exit 0 when all are good, 1 "
+        "otherwise.",
+    )
+    p.add_argument("files", metavar="FILE", nargs="+", help="files or checkpoint directories")
+    p.set_defaults(func=cmd_verify)
+    return p
 
 
 def _verify_targets(paths) -> list[Path]:
