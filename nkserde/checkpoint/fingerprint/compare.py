@@ -81,11 +81,11 @@ def differences(old: dict, new: dict) -> list[Difference]:
         else:
             old_text, new_text = old_decisive[key], new_decisive[key]
             if is_hash(old_text) != is_hash(new_text):  # a function probed on one side: its kind
-                a, b = _shown(old, key), _shown(new, key)
-                line = f"{_prefix(new, key)} {a} -> {b}"
+                a, b = _kind_or_text(old, key), _kind_or_text(new, key)
+                line = f"{_object_prefix(new, key)} {a} -> {b}"
             else:
-                what = _what(old, new, key) if is_hash(new_text) else ""
-                line = f"{_prefix(new, key)} {old_text} -> {new_text}{what}"
+                what = _what_a_hash_stands_for(old, new, key) if is_hash(new_text) else ""
+                line = f"{_object_prefix(new, key)} {old_text} -> {new_text}{what}"
             found.append(Difference(key, "", old_text, new_text, line))
     # parameter shapes follow from the model: a change of the model says it
     for prefix in ("", "target."):
@@ -94,9 +94,10 @@ def differences(old: dict, new: dict) -> list[Difference]:
     return found
 
 
-def _shown(fp: dict, key: str) -> str:
+def _kind_or_text(fp: dict, key: str) -> str:
+    """The readable kind of a probed object, else its decisive text."""
     kind = readable(fp, key).get(KIND)
-    return _short(kind) if kind and is_hash(fp[key]) else fp[key]
+    return _short_name(kind) if kind and is_hash(fp[key]) else fp[key]
 
 
 def _readable_differences(old: dict, new: dict, key: str, common_only: bool = False) -> list[Difference]:
@@ -109,14 +110,16 @@ def _readable_differences(old: dict, new: dict, key: str, common_only: bool = Fa
     differing = [label for label in labels if before.get(label) != after.get(label)]
     if not differing:
         return []
-    prefix = _prefix(new, key)
+    prefix = _object_prefix(new, key)
     kind = after.get(KIND, before.get(KIND))
 
     def line(label):
         a, b = before.get(label, "(none)"), after.get(label, "(none)")
         if label == KIND:
-            return Difference(key, label, before.get(label), after.get(label), f"{prefix} {_short(a)} -> {_short(b)}")
-        named = f" {_short(kind)}" if kind else ""
+            return Difference(
+                key, label, before.get(label), after.get(label), f"{prefix} {_short_name(a)} -> {_short_name(b)}"
+            )
+        named = f" {_short_name(kind)}" if kind else ""
         return Difference(key, label, before.get(label), after.get(label), f"{prefix}{named} {label} {a} -> {b}")
 
     terms = [label for label in differing if label.startswith("term ")]
@@ -136,10 +139,11 @@ def _readable_differences(old: dict, new: dict, key: str, common_only: bool = Fa
 
 
 def _is_operator_entry(fp: dict, key: str) -> bool:
+    """Whether ``key`` is an operator's decisive entry (its action)."""
     return str(fp.get(key, "")).startswith(CONTENT)
 
 
-def _prefix(fp: dict, key: str) -> str:
+def _object_prefix(fp: dict, key: str) -> str:
     """``"model: RBM alpha"`` for ``model.alpha`` (the nearest enclosing
     object that has a kind names it), ``"n_samples:"`` for a top-level key."""
     parts = key.split(".")
@@ -151,17 +155,18 @@ def _prefix(fp: dict, key: str) -> str:
     return f"{key}:"
 
 
-def _what(old: dict, new: dict, key: str) -> str:
+def _what_a_hash_stands_for(old: dict, new: dict, key: str) -> str:
     """Which object a hash stands for, when nothing readable says more."""
     kind = readable(new, key).get(KIND)
     if not readable(old, key):  # a version 2 fingerprint: hashes only
-        return f" ({_short(kind)}; the stored fingerprint, of an older nkserde, says no more)" if kind else ""
-    return f" ({_short(kind)}: no readable difference)" if kind else " (no readable difference)"
+        return f" ({_short_name(kind)}; the stored fingerprint, of an older nkserde, says no more)" if kind else ""
+    return f" ({_short_name(kind)}: no readable difference)" if kind else " (no readable difference)"
 
 
-def _short(kind: str) -> str:
-    """``linear_schedule`` for ``polynomial_schedule.<locals>.schedule``,
-    ``my_schedule`` for ``main.<locals>.my_schedule``."""
+def _short_name(kind: str) -> str:
+    """``polynomial_schedule`` for ``polynomial_schedule.<locals>.schedule``
+    (what optax's ``linear_schedule`` returns), ``my_schedule`` for
+    ``main.<locals>.my_schedule``."""
     m = LOCAL_FUNCTION.match(kind)
     if not m:
         return kind

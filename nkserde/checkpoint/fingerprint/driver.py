@@ -29,10 +29,10 @@ def fingerprint(driver) -> dict[str, str]:
     the physics, the model, the sampling or the optimization differ
     (docs/guides/resume.md, "The same script? fingerprint")."""
     fp: dict[str, str] = {"fingerprint_version": str(VERSION), "driver": class_name(driver)}
-    operator = _operator(driver)
+    operator = _operator_of(driver)
     if operator is not None:
         describe_operator(fp, "operator", operator)
-    _state(fp, "", driver.state)
+    _state_entries(fp, "", driver.state)
     settings = {
         k: v
         for k, v in vars(driver).items()
@@ -51,11 +51,12 @@ def fingerprint(driver) -> dict[str, str]:
     if target is not None:
         # its configuration only: its parameters are state the checkpoint
         # restores (NetKet's Infidelity example draws them from a random seed)
-        _state(fp, "target.", target)
+        _state_entries(fp, "target.", target)
     return fp
 
 
-def _operator(driver):
+def _operator_of(driver):
+    """The driver's operator (a TDVP generator's at the driver's time), or None."""
     for attr in internals.DRIVER_OPERATOR_ATTRIBUTES:
         op = getattr(driver, attr, None)
         if op is None:
@@ -70,7 +71,10 @@ def _operator(driver):
     return None
 
 
-def _state(fp: dict, prefix: str, vs) -> None:
+def _state_entries(fp: dict, prefix: str, vs) -> None:
+    """A variational state's configuration under ``prefix``: its space,
+    model, sampler and sample counts, parameter shapes (not its values:
+    the checkpoint restores them)."""
     fp[f"{prefix}variational_state"] = class_name(vs)
     fp[f"{prefix}hilbert"] = without_addresses(vs.hilbert)
     flatten(fp, f"{prefix}model", vs.model, probe=functions.ACTIVATION)

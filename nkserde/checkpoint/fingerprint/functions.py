@@ -68,16 +68,18 @@ def computed_call(f, x) -> np.ndarray | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return _numbers(f(jnp.asarray(x)), len(x))
+            return _complex_numbers(f(jnp.asarray(x)), len(x))
         except Exception:  # noqa: BLE001  (a function of one number: call it on each)
             pass
         try:
-            return np.concatenate([_numbers(f(v), 1) for v in x.tolist()])
+            return np.concatenate([_complex_numbers(f(v), 1) for v in x.tolist()])
         except Exception:  # noqa: BLE001  (not a function of numbers)
             return None
 
 
-def _numbers(out, n: int) -> np.ndarray:
+def _complex_numbers(out, n: int) -> np.ndarray:
+    """``out`` as 1-d complex numbers, one or ``n`` of them (TypeError:
+    it is not numbers)."""
     a = np.asarray(out)
     if a.dtype == object or a.size not in (1, n) or not np.issubdtype(a.dtype, np.number):
         raise TypeError("not numbers")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
 
 import jax
@@ -161,7 +162,7 @@ def _terms(op) -> dict[str, str]:
         for string, weight in zip(strings, np.asarray(op.weights).ravel()):
             label = " ".join(f"{c}{i}" for i, c in enumerate(string) if c != "I") or "constant"
             summed[label] = summed.get(label, 0) + complex(weight)
-        return _coefficients(summed)
+        return _coefficient_texts(summed)
     # not converted to a LocalOperator (numba compiles for seconds): an Ising
     # is said by its h, J and edges
     if not hasattr(op, "acting_on") or not hasattr(op, "operators"):
@@ -169,7 +170,7 @@ def _terms(op) -> dict[str, str]:
     acting_on = [tuple(int(s) for s in sites) for sites in op.acting_on]
     if len(acting_on) > _MAX_TERMS or sum(4 ** min(len(s), _MAX_TERM_SITES + 1) for s in acting_on) > _TERM_BUDGET:
         return {}
-    matrices = [_dense(m) for m in op.operators]
+    matrices = [_dense_matrix(m) for m in op.operators]
     paulis = _pauli_matrices(op.hilbert)
     summed = {}
     constant = complex(np.asarray(op.constant))
@@ -183,7 +184,7 @@ def _terms(op) -> dict[str, str]:
             generic[sites] = generic.get(sites, 0) + matrix
     if constant:
         summed["constant"] = summed.get("constant", 0) + constant
-    labels = _coefficients(summed)
+    labels = _coefficient_texts(summed)
     for sites, matrix in sorted(generic.items()):
         rows, cols = np.nonzero(np.abs(matrix) > 1e-12)
         if len(rows) <= 8:
@@ -194,11 +195,14 @@ def _terms(op) -> dict[str, str]:
     return labels
 
 
-def _coefficients(summed: dict[str, complex]) -> dict[str, str]:
+def _coefficient_texts(summed: dict[str, complex]) -> dict[str, str]:
+    """``{label: number}`` of the nonzero coefficients, by label."""
     return {label: number(c) for label, c in sorted(summed.items()) if abs(c) > 1e-12}
 
 
-def _dense(matrix) -> np.ndarray:
+def _dense_matrix(matrix) -> np.ndarray:
+    """A term's matrix (dense, sparse, or a sparse one in a 0-d object
+    array) as a dense complex array."""
     if isinstance(matrix, np.ndarray) and matrix.dtype == object and matrix.shape == ():
         matrix = matrix.item()  # NetKet 3.23 keeps scipy sparse matrices in 0-d object arrays
     if hasattr(matrix, "toarray"):
@@ -241,13 +245,4 @@ def _pauli_decomposition(matrix: np.ndarray, paulis: dict[str, np.ndarray], n: i
 @functools.lru_cache(maxsize=None)
 def _pauli_strings(n: int) -> tuple[str, ...]:
     """Every string of ``n`` letters of IXYZ, the last letter varying fastest."""
-    return tuple("".join(s) for s in _product("IXYZ", n))
-
-
-def _product(letters: str, n: int):
-    if n == 0:
-        yield ()
-        return
-    for rest in _product(letters, n - 1):
-        for c in letters:
-            yield (*rest, c)
+    return tuple("".join(s) for s in itertools.product("IXYZ", repeat=n))

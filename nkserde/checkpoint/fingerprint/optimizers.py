@@ -101,6 +101,7 @@ def _is_value_text(text: str) -> bool:
 
 
 def _negated(text: str) -> str:
+    """``-0.01`` for ``0.01``; ``-(text)`` for a text that is not a number."""
     try:
         return repr(-float(text))
     except ValueError:

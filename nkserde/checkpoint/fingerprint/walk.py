@@ -90,6 +90,7 @@ def _per_step_result(value) -> bool:
 
 
 def _is_initializer(key: str, value) -> bool:
+    """A model's ``*_init`` field or a function of ``jax.nn.initializers``."""
     name = key.rsplit(".", 1)[-1]
     return bool(_INITIALIZER_FIELD.search(name)) or jax_internals.is_initializer(value)
 
@@ -124,6 +125,9 @@ def _leaf_text(value) -> str | None:
 
 
 def _array_text(x) -> str:
+    """``"int64[16, 8] <hash of its bytes>"``, ``"float64[8] ~<digest of its
+    values>"``, ``"float64 0.5"`` (a 0-d float), ``"object[60] <hash of its
+    elements' descriptions>"``."""
     a = np.asarray(x)
     if a.dtype == object:  # its bytes are pointers: describe the elements
         return f"object{list(a.shape)} {_objects_digest(a.reshape(-1))}"
@@ -155,7 +159,7 @@ def _objects_digest(items) -> str:
     return sha("\n".join(texts).encode())
 
 
-def _raw(fp: dict, key: str, value, depth=0, seen=None) -> None:
+def _version_2_entries(fp: dict, key: str, value, depth=0, seen=None) -> None:
     """Version 2's description of a value (functions by name, closure and
     defaults): what :func:`.optimizers.labels` reads, here and in a version
     2 fingerprint alike."""
@@ -171,7 +175,7 @@ def _raw(fp: dict, key: str, value, depth=0, seen=None) -> None:
     seen = seen | {id(value)}
     for name, child in children(value, defaults=True):
         if name not in _SKIPPED_FIELDS:
-            _raw(fp, f"{key}.{name}", child, depth + 1, seen)
+            _version_2_entries(fp, f"{key}.{name}", child, depth + 1, seen)
 
 
 def _describe_function(fp: dict, key: str, f, probe: str, depth: int, seen: set) -> None:
@@ -186,7 +190,7 @@ def _describe_function(fp: dict, key: str, f, probe: str, depth: int, seen: set)
         return
     fp[key] = FUNCTION + quantized_digest(outputs)
     raw: dict[str, str] = {}
-    _raw(raw, key, f)
+    _version_2_entries(raw, key, f)
     readable = {KIND: raw[key], **direct_children(raw, key)}
     if probe == functions.SCHEDULE:
         readable["values"] = functions.values_text(outputs[0])
@@ -198,7 +202,7 @@ def describe_optimizer(fp: dict, key: str, tx, parameters) -> None:
     ``parameters``: the run's, whose structure a masked optimizer needs);
     readable: its kind (``adam``, ``sgd``, ...) and hyperparameters."""
     raw: dict[str, str] = {}
-    _raw(raw, f"{key}.update", tx.update)
+    _version_2_entries(raw, f"{key}.update", tx.update)
     readable = optimizers.labels(raw, f"{key}.update")
     schedules = optimizers.schedules(tx.update)
     for label, f in schedules.items():
