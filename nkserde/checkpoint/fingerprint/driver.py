@@ -65,7 +65,7 @@ def _operator_of(driver):
             # TDVP keeps a generator t -> operator (a lambda for a constant one)
             try:
                 op = op(driver.t)
-            except Exception:  # noqa: BLE001  (described as a function instead)
+            except Exception:  # noqa: BLE001  (the script's own function of t, whatever it raises: described as a function)
                 pass
         return op
     return None

@@ -67,13 +67,16 @@ def computed_call(f, x) -> np.ndarray | None:
     of its numbers."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # f is any function a model or setting holds, the script's own included,
+        # called on numbers it may not take: NetKet's own such functions raise
+        # TypeError and AttributeError here, a script's may raise anything
         try:
             return _complex_numbers(f(jnp.asarray(x)), len(x))
-        except Exception:  # noqa: BLE001  (a function of one number: call it on each)
+        except Exception:  # noqa: BLE001  (arbitrary code on an array: try it on each number)
             pass
         try:
             return np.concatenate([_complex_numbers(f(v), 1) for v in x.tolist()])
-        except Exception:  # noqa: BLE001  (not a function of numbers)
+        except Exception:  # noqa: BLE001  (arbitrary code on numbers: it is not a function of numbers)
             return None
 
 

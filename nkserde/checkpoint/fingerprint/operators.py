@@ -40,7 +40,7 @@ def uncountable(op) -> bool:
         return False
     try:
         hilbert.n_states
-    except Exception:  # noqa: BLE001  (too large to be indexed)
+    except RuntimeError:  # NetKet: "too large to be indexed" (NotImplementedError: a space that cannot count)
         return True
     return False
 
@@ -62,10 +62,10 @@ def computed_action_digest(op, version: int = VERSION) -> str | None:
     or None if it cannot be computed (continuous spaces, operators without
     ``get_conn_padded``; ``version=2``: spaces too large to count, which
     version 2 described by the operator's fields)."""
+    hilbert = getattr(op, "hilbert", None)  # (Infidelity_SR leaves a dataclasses.Field in _operator)
+    if not isinstance(hilbert, nk.hilbert.DiscreteHilbert) or not hasattr(op, "get_conn_padded"):
+        return None
     try:
-        hilbert = op.hilbert
-        if not isinstance(hilbert, nk.hilbert.DiscreteHilbert) or not hasattr(op, "get_conn_padded"):
-            return None
         if uncountable(op):
             if version == 2:
                 return None
@@ -76,7 +76,10 @@ def computed_action_digest(op, version: int = VERSION) -> str | None:
             states = np.asarray(hilbert.random_state(jax.random.PRNGKey(0), _SAMPLED_STATES))
         xp, mels = op.get_conn_padded(states)
         xp, mels = np.asarray(xp), np.asarray(mels)
-    except Exception:  # noqa: BLE001  (fall back to a description of the fields)
+    except RuntimeError:
+        # NotImplementedError: an operator without get_conn_flattened, a space
+        # that cannot draw states; RuntimeError: a numba operator under
+        # NetKet's sharding on several devices. Its fields describe it.
         return None
     h = hashlib.sha256()
     h.update(np.ascontiguousarray(states).tobytes())
@@ -128,7 +131,7 @@ def readable(op) -> dict[str, str]:
             continue
         try:
             value = getattr(op, name)
-        except Exception:  # noqa: BLE001  (a property that needs more than the operator)
+        except (AttributeError, NotImplementedError):  # a field it lacks, an abstract property
             continue
         if isinstance(value, (bool, int, float, complex, np.number)) or (
             isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0
@@ -141,7 +144,9 @@ def readable(op) -> dict[str, str]:
         labels["edges"] = shown if len(listed) <= 16 else f"{len(listed)} edges {sha(repr(listed).encode())}"
     try:
         terms = _terms(op)
-    except Exception:  # noqa: BLE001  (no terms to list: the numbers and the kind say what they can)
+    except (AttributeError, TypeError, ValueError):
+        # LocalOperator's or PauliStrings' attribute names on another layout:
+        # no terms to list, the numbers and the kind say what they can
         terms = {}
     labels.update({f"term {label}": text for label, text in terms.items()})
     return labels

@@ -152,16 +152,22 @@ def effect(tx, parameters, schedule_functions) -> str | None:
         leaves = jax.tree_util.tree_leaves(parameters)
         if leaves:
             dtype = jnp.result_type(*leaves)
-    trees = [{"a": (3,), "b": (2, 3)}]
-    if parameters is not None:  # a masked or multi_transform optimizer needs the run's structure
-        trees.append(jax.tree_util.tree_map(lambda x: tuple(min(d, 3) for d in np.shape(x)), parameters))
-    for shapes in trees:
+    try:
+        outputs = _updates(tx, {"a": (3,), "b": (2, 3)}, dtype)
+    except Exception:  # noqa: BLE001  (a transformation, or the script's mask or labels, on a tree not the run's)
+        outputs = None
+    if outputs is None and parameters is not None:
+        # a masked or multi_transform optimizer needs the run's structure
+        shapes = jax.tree_util.tree_map(lambda x: tuple(min(d, 3) for d in np.shape(x)), parameters)
         try:
             outputs = _updates(tx, shapes, dtype)
-        except Exception:  # noqa: BLE001  (try the next tree)
-            continue
-        return quantized_digest(outputs + [call(f, PROBE_STEPS) for f in schedule_functions])
-    return None
+        except (TypeError, ValueError):
+            # an update that needs more than (updates, state, params): lbfgs's
+            # value and grad (TypeError); shapes it refuses (JAX's ValueError)
+            outputs = None
+    if outputs is None:
+        return None
+    return quantized_digest(outputs + [call(f, PROBE_STEPS) for f in schedule_functions])
 
 
 def _updates(tx, shapes, dtype) -> list[np.ndarray]:
