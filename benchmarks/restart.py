@@ -11,7 +11,7 @@ and reports where its time goes:
 * ``build``: building the driver (MCState init compiles the model and the
   sampler);
 * ``fingerprint``: the run's fingerprint, timed where the Checkpoint's
-  on_run_start computes it (nkserde.checkpoint.run_fingerprint);
+  on_run_start computes it (nkserde.checkpoint.fingerprint);
 * ``load``: the rest of the Checkpoint's on_run_start (choice, load and
   restore);
 * ``first step``: the first step after the resume (it compiles);
@@ -75,7 +75,7 @@ def child(model: str, directory: Path, cache: str | None, steps: int) -> dict:
     driver = build(model)
     times["build"] = time.perf_counter() - t
     marks = {"fingerprint": 0.0}
-    from nkserde.checkpoint import run_fingerprint
+    from nkserde.checkpoint import fingerprint as run_fingerprint
 
     fingerprint = run_fingerprint.fingerprint
 

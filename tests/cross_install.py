@@ -47,7 +47,7 @@ import netket.experimental as nkx  # noqa: E402
 import optax  # noqa: E402
 
 import nkserde  # noqa: E402
-from nkserde.checkpoint.run_fingerprint import changes, fingerprint  # noqa: E402
+from nkserde.checkpoint.fingerprint import changes, fingerprint  # noqa: E402
 from nkserde.errors import RunMismatchError  # noqa: E402
 
 L = 8

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde.checkpoint import run_fingerprint as fingerprint
+from nkserde.checkpoint import fingerprint
 from nkserde.checkpoint.choice import choose_checkpoint
 from nkserde.directory import RunDirectory
 from nkserde.errors import NkserdeError, RunMismatchError

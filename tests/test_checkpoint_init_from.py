@@ -12,6 +12,7 @@ import pytest
 
 import builders as B
 import nkserde
+from nkserde.checkpoint.fingerprint import fingerprint
 
 
 def _vmc_at(h, state=None):
@@ -44,8 +45,8 @@ def test_the_next_point_of_a_sweep_starts_from_the_previous_one(tmp_path, previo
     assert B.params_bytes(driver) == B.params_bytes(expected)
     assert ckpt.resumed_from is None and driver.step_count == 2  # its own count
     stored = json.loads((tmp_path / "fingerprint.json").read_text())
-    assert stored == nkserde.checkpoint.fingerprint(_vmc_at(2.0))  # its own operator, not h=1's
-    assert stored != nkserde.checkpoint.fingerprint(_vmc_at(1.0))
+    assert stored == fingerprint(_vmc_at(2.0))  # its own operator, not h=1's
+    assert stored != fingerprint(_vmc_at(1.0))
 
 
 def test_a_restart_resumes_its_own_checkpoints_not_the_source(tmp_path, previous_point):

@@ -28,11 +28,13 @@ import jax, sys
 hits = []
 jax.monitoring.register_event_listener(lambda event, **kw: hits.append(event) if event.endswith("cache_hits") else None)
 import builders, netket as nk, nkserde, optax
-from nkserde.checkpoint import run_fingerprint
+from nkserde.checkpoint.fingerprint import functions, operators, optimizers
 probes = []  # the fingerprint's probes that ran (not taken from the result cache)
 counted = lambda f: lambda *a, **k: probes.append(f) or f(*a, **k)
-for name in ("_computed_call", "_computed_updates", "_computed_action_digest"):
-    setattr(run_fingerprint, name, counted(getattr(run_fingerprint, name)))
+for module, name in (
+    (functions, "computed_call"), (optimizers, "computed_updates"), (operators, "computed_action_digest")
+):
+    setattr(module, name, counted(getattr(module, name)))
 options = {} if sys.argv[2] in ("auto", "script") else {"compile_cache": None}
 if sys.argv[2] == "script":  # the documented line at the top of a script, with a directory of one's own
     nkserde.compilation_cache(sys.argv[4])

@@ -1,4 +1,4 @@
-"""The "same script?" fingerprint (nkserde/checkpoint/run_fingerprint.py): which changes a
+"""The "same script?" fingerprint (nkserde/checkpoint/fingerprint/): which changes a
 ``resume="auto"`` refuses, which it accepts, and that it is the same in
 every Python process (PYTHONHASHSEED) for models whose repr is not."""
 
@@ -18,7 +18,7 @@ import numpy as np
 import optax
 import pytest
 
-from nkserde.checkpoint.run_fingerprint import READABLE, changes, differences, fingerprint
+from nkserde.checkpoint.fingerprint import READABLE, changes, differences, fingerprint
 
 L = 8
 
@@ -269,7 +269,7 @@ _PRINT_FINGERPRINTS = """
 import json, sys
 sys.path.insert(0, {tests!r})
 from test_fingerprint import qsr, vmc
-from nkserde.checkpoint.run_fingerprint import fingerprint
+from nkserde.checkpoint.fingerprint import fingerprint
 print(json.dumps({{"gcnn": fingerprint(vmc(model="gcnn")), "qsr": fingerprint(qsr())}}))
 """
 

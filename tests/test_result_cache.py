@@ -16,11 +16,10 @@ import pytest
 
 from nkserde import result_cache
 from nkserde.checkpoint import content_key
-from nkserde.checkpoint import run_fingerprint as rf
-from nkserde.checkpoint.run_fingerprint import changes, fingerprint
+from nkserde.checkpoint.fingerprint import changes, fingerprint, functions, operators, optimizers
 
 L = 6
-PROBES = ("_computed_call", "_computed_updates", "_computed_action_digest")
+PROBES = ((functions, "computed_call"), (optimizers, "computed_updates"), (operators, "computed_action_digest"))
 
 
 def driver(J2=0.5, learning_rate=0.01, activation=None, model="gcnn"):
@@ -64,8 +63,8 @@ def no_probes(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a probe ran: its result should have been kept")
 
-    for name in PROBES:
-        monkeypatch.setattr(rf, name, fail)
+    for module, name in PROBES:
+        monkeypatch.setattr(module, name, fail)
 
 
 def test_a_fingerprint_from_kept_results_is_the_one_computed(kept, monkeypatch):

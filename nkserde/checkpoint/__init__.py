@@ -6,7 +6,7 @@
     stops.py          final stop or interruption (NetKet's StopRun)
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
     histories.py      logger histories in the history log: a save appends the new rows, a resume reads them back
-    run_fingerprint.py  what defines a run, from content (the "same script?" check)
+    fingerprint/      what defines a run, from content (the "same script?" check)
     retention.py      which steps stay (keep, keep_every): a pure policy
     writer.py         one write in flight, errors raised later, finished at exit
     background.py     a write advanced by a low-priority thread or the caller
@@ -17,7 +17,7 @@
     snapshot.py       the host copy a background write reads
     schedule.py       when to checkpoint: every N steps, every so much time, within a budget
 
-Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet.
+Only callback.py, wrapper.py, stops.py and fingerprint/ know NetKet.
 The directory's files and what a checkpoint file holds are
 nkserde.checkpoint_files's (below ``api``; the command line reads them).
 """
@@ -34,8 +34,7 @@ _NAMES = {
     "Checkpoint": ("callback", "Checkpoint"),
     "checkpointed": ("wrapper", "checkpointed"),
     "reset_run_numbering": ("wrapper", "reset_run_numbering"),
-    "fingerprint": ("run_fingerprint", "fingerprint"),
-    "fingerprint_changes": ("run_fingerprint", "changes"),
+    "fingerprint_changes": ("fingerprint", "changes"),
 }
 
 __all__ = sorted(_NAMES)

@@ -55,7 +55,8 @@ from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
 from .. import compiled_code, jax_cache
-from . import histories, run_fingerprint, scheduler
+from . import fingerprint as run_fingerprint
+from . import histories, scheduler
 from .choice import choose_checkpoint
 from .retention import Retention
 from .schedule import DEFAULT_BUDGET, SaveSchedule, parse_every

@@ -10,7 +10,8 @@ from .. import api
 from .._log import say
 from ..checkpoint_files.directory import RunDirectory
 from ..errors import CorruptFileError, NkserdeError, RunMismatchError
-from . import histories, run_fingerprint
+from . import fingerprint as run_fingerprint
+from . import histories
 
 
 def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every) -> tuple[Path, dict] | None:

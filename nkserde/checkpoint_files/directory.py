@@ -7,7 +7,7 @@ what is *in* a checkpoint file is nkserde.checkpoint_files.content's).
       step-0000000015.nks      one checkpoint: 15 completed steps
       history-000001.nkh       the loggers' histories the checkpoints refer to
                                (nkserde.format.history_log; nkserde.checkpoint.histories)
-      fingerprint.json         what defines the run (nkserde.checkpoint.run_fingerprint)
+      fingerprint.json         what defines the run (nkserde.checkpoint.fingerprint)
       .lock                    while a run uses the directory (DirectoryLock)
       error-requeues           how often SLURM jobs of the run were requeued after it failed
       previous-<time>/         checkpoints moved aside by resume="never"

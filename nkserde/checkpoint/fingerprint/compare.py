@@ -1,0 +1,173 @@
+"""Two fingerprints compared, each change worded in the user's words
+(``operator: Ising h 1.0 -> 1.5``, ``optimizer: adam learning_rate 0.01 ->
+0.02``, ``model: RBM alpha 1 -> 2``); a hash only where nothing readable
+exists, with the object it stands for."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from .entries import (
+    COMPARED_VERSIONS,
+    CONTENT,
+    KIND,
+    LOCAL_FUNCTION,
+    VERSION_2,
+    decisive,
+    is_hash,
+    readable,
+)
+from .upgrade import upgrade
+
+_SHOWN_TERMS = 8  # term lines in one refusal, per operator
+_CONTAINERS = {"dict", "FrozenDict", "list", "tuple", "partial"}
+# names of the function a factory returns that say less than the factory's
+_GENERIC_FUNCTIONS = {"schedule", "init", "init_fn", "update", "update_fn", "fn", "wrapper", "wrapped"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One change between two fingerprints: the entry ``key``, the
+    readable ``label`` inside it ("" for the entry itself), the old and the
+    new text (None: absent on that side) and the ``line`` that words it."""
+
+    key: str
+    label: str
+    old: str | None
+    new: str | None
+    line: str
+
+
+def comparable(saved: dict) -> bool:
+    """Whether a stored fingerprint is compared at all (versions 2 and 3)."""
+    return saved.get("fingerprint_version") in COMPARED_VERSIONS
+
+
+def changes(old: dict, new: dict) -> list[str]:
+    """The differences of :func:`differences`, one line each."""
+    return [d.line for d in differences(old, new)]
+
+
+def differences(old: dict, new: dict) -> list[Difference]:
+    """What differs between the stored fingerprint ``old`` and the run's
+    ``new``, in the user's words where they exist.
+
+    Entries are compared where both fingerprints have them: a key on one
+    side only (a field a library release added or removed) is not a
+    change; the kind of each object is an entry of its own, so another
+    model or sampler shows there. Readable entries explain the change of
+    the entry they belong to; they decide only for an object whose decisive
+    entry ``old`` lacks (a version 2 fingerprint's optimizer). A change
+    inside an object that changed kind is not listed (the kind says it)."""
+    if not comparable(old) or not comparable(new):
+        return []
+    old = upgrade(old, new)
+    old_decisive, new_decisive = decisive(old), decisive(new)
+    changed = [k for k in sorted(set(old_decisive) & set(new_decisive)) if old_decisive[k] != new_decisive[k]]
+    # an object version 2 described otherwise: its readable entries decide
+    readable_only = sorted(k for k in new_decisive if k not in old_decisive and readable(old, k) and readable(new, k))
+    found: list[Difference] = []
+    for key in sorted(changed + readable_only):
+        if any(key.startswith(f"{other}.") for other in changed if other != key):
+            continue  # inside an object that changed (another kind)
+        if key in readable_only:
+            found += _readable_differences(old, new, key, common_only=True)
+            continue
+        # readable entries on one side only (a version 2 fingerprint) explain nothing
+        explained = _readable_differences(old, new, key) if readable(old, key) and readable(new, key) else []
+        if explained:
+            found += explained
+        else:
+            old_text, new_text = old_decisive[key], new_decisive[key]
+            if is_hash(old_text) != is_hash(new_text):  # a function probed on one side: its kind
+                a, b = _kind_or_text(old, key), _kind_or_text(new, key)
+                line = f"{_object_prefix(new, key)} {a} -> {b}"
+            else:
+                what = _what_a_hash_stands_for(old, new, key) if is_hash(new_text) else ""
+                line = f"{_object_prefix(new, key)} {old_text} -> {new_text}{what}"
+            found.append(Difference(key, "", old_text, new_text, line))
+    # parameter shapes follow from the model: a change of the model says it
+    for prefix in ("", "target."):
+        if any(d.key.startswith(f"{prefix}model") for d in found):
+            found = [d for d in found if d.key != f"{prefix}parameters"]
+    return found
+
+
+def _kind_or_text(fp: dict, key: str) -> str:
+    """The readable kind of a probed object, else its decisive text."""
+    kind = readable(fp, key).get(KIND)
+    return _short_name(kind) if kind and is_hash(fp[key]) else fp[key]
+
+
+def _readable_differences(old: dict, new: dict, key: str, common_only: bool = False) -> list[Difference]:
+    """The readable entries of ``key`` that differ, the most telling first:
+    the kind; else the numbers it is built from; else the values of a
+    function; else the terms of an operator (a few)."""
+    before, after = readable(old, key), readable(new, key)
+    before.pop(VERSION_2, None), after.pop(VERSION_2, None)
+    labels = sorted(set(before) & set(after)) if common_only else sorted(set(before) | set(after))
+    differing = [label for label in labels if before.get(label) != after.get(label)]
+    if not differing:
+        return []
+    prefix = _object_prefix(new, key)
+    kind = after.get(KIND, before.get(KIND))
+
+    def line(label):
+        a, b = before.get(label, "(none)"), after.get(label, "(none)")
+        if label == KIND:
+            return Difference(
+                key, label, before.get(label), after.get(label), f"{prefix} {_short_name(a)} -> {_short_name(b)}"
+            )
+        named = f" {_short_name(kind)}" if kind else ""
+        return Difference(key, label, before.get(label), after.get(label), f"{prefix}{named} {label} {a} -> {b}")
+
+    terms = [label for label in differing if label.startswith("term ")]
+    values = [label for label in differing if label == "values"]
+    numbers = [label for label in differing if label not in terms and label not in values and label != KIND]
+    found = [line(KIND)] if KIND in differing else []
+    if not found and numbers:
+        return [line(label) for label in numbers]
+    if not found and values:
+        return [line(label) for label in values]
+    if terms and (not found or _is_operator_entry(new, key)):
+        found += [line(label) for label in terms[:_SHOWN_TERMS]]
+        if len(terms) > _SHOWN_TERMS:
+            more = len(terms) - _SHOWN_TERMS
+            found.append(Difference(key, "term", None, None, f"{prefix} ... and {more} more terms"))
+    return found
+
+
+def _is_operator_entry(fp: dict, key: str) -> bool:
+    """Whether ``key`` is an operator's decisive entry (its action)."""
+    return str(fp.get(key, "")).startswith(CONTENT)
+
+
+def _object_prefix(fp: dict, key: str) -> str:
+    """``"model: RBM alpha"`` for ``model.alpha`` (the nearest enclosing
+    object that has a kind names it), ``"n_samples:"`` for a top-level key."""
+    parts = key.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        parent = ".".join(parts[:i])
+        kind = fp.get(parent)
+        if isinstance(kind, str) and re.fullmatch(r"[A-Za-z_][\w.]*", kind) and kind not in _CONTAINERS:
+            return f"{parent}: {kind} {'.'.join(parts[i:])}"
+    return f"{key}:"
+
+
+def _what_a_hash_stands_for(old: dict, new: dict, key: str) -> str:
+    """Which object a hash stands for, when nothing readable says more."""
+    kind = readable(new, key).get(KIND)
+    if not readable(old, key):  # a version 2 fingerprint: hashes only
+        return f" ({_short_name(kind)}; the stored fingerprint, of an older nkserde, says no more)" if kind else ""
+    return f" ({_short_name(kind)}: no readable difference)" if kind else " (no readable difference)"
+
+
+def _short_name(kind: str) -> str:
+    """``polynomial_schedule`` for ``polynomial_schedule.<locals>.schedule``
+    (what optax's ``linear_schedule`` returns), ``my_schedule`` for
+    ``main.<locals>.my_schedule``."""
+    m = LOCAL_FUNCTION.match(kind)
+    if not m:
+        return kind
+    return m.group("factory") if m.group("function") in _GENERIC_FUNCTIONS else m.group("function")

@@ -1,0 +1,98 @@
+"""Functions of one argument by what they compute: their values on fixed
+inputs (the probe), kept in the result cache.
+
+Two probes: :data:`ACTIVATION` (a model's functions, on fixed real and
+complex numbers) and :data:`SCHEDULE` (anything else, such as a
+``diag_shift`` schedule: at fixed steps)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import probe_results
+from .texts import number
+
+ACTIVATION = "activation"  # probe functions on real and complex inputs (a model's)
+SCHEDULE = "schedule"  # probe functions at fixed steps (everything else)
+
+# the probes' fixed inputs
+PROBE_STEPS = np.array([0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 100000], np.int32)
+_SHOWN_STEPS = (0, 1, 10, 100, 1000, 10000)
+_PROBE_REAL = np.array([-4.0, -2.5, -1.5, -0.5, 0.0, 0.25, 0.75, 1.0, 2.0, 3.5])
+_PROBE_COMPLEX = np.array([0.3 + 0.1j, -1.2 + 0.4j, 2.0 - 0.7j, -0.1 - 2.5j, 1.5 + 1.0j])
+
+
+def one_argument(f) -> bool:
+    """Whether ``f``'s signature asks for exactly one positional argument."""
+    try:
+        if isinstance(f, functools.partial):  # NetKet's HashablePartial hides the bound signature
+            f = functools.partial(f.func, *f.args, **f.keywords)
+        signature = inspect.signature(f)
+    except (TypeError, ValueError):
+        return False
+    kinds = inspect.Parameter
+    required = [
+        p
+        for p in signature.parameters.values()
+        if p.default is kinds.empty and p.kind not in (kinds.VAR_POSITIONAL, kinds.VAR_KEYWORD)
+    ]
+    return len(required) == 1 and required[0].kind in (kinds.POSITIONAL_ONLY, kinds.POSITIONAL_OR_KEYWORD)
+
+
+def probe_function(f, probe: str) -> list[np.ndarray] | None:
+    """``f`` on the fixed inputs (a schedule: the steps; an activation: real
+    and complex numbers), or None when it is not a function of one number."""
+    if probe == SCHEDULE and not one_argument(f):
+        return None  # a model's functions are tried whatever their signature says (NetKet's reim wraps it away)
+    inputs = [PROBE_STEPS] if probe == SCHEDULE else [_PROBE_REAL, _PROBE_COMPLEX]
+    outputs = [out for out in (call(f, x) for x in inputs) if out is not None]
+    return outputs or None
+
+
+def call(f, x) -> np.ndarray | None:
+    """``f`` on the probe ``x``, as complex numbers (None: not a function of
+    numbers); kept in the result cache."""
+    return probe_results.memoized(
+        "call", (f, x), lambda: computed_call(f, x), probe_results.encode_numbers, probe_results.decode_numbers
+    )
+
+
+def computed_call(f, x) -> np.ndarray | None:
+    """:func:`call`, computed: ``f`` on the whole array ``x``, else on each
+    of its numbers."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # f is any function a model or setting holds, the script's own included,
+        # called on numbers it may not take: NetKet's own such functions raise
+        # TypeError and AttributeError here, a script's may raise anything
+        try:
+            return _complex_numbers(f(jnp.asarray(x)), len(x))
+        except Exception:  # noqa: BLE001  (arbitrary code on an array: try it on each number)
+            pass
+        try:
+            return np.concatenate([_complex_numbers(f(v), 1) for v in x.tolist()])
+        except Exception:  # noqa: BLE001  (arbitrary code on numbers: it is not a function of numbers)
+            return None
+
+
+def _complex_numbers(out, n: int) -> np.ndarray:
+    """``out`` as 1-d complex numbers, one or ``n`` of them (TypeError:
+    it is not numbers)."""
+    a = np.asarray(out)
+    if a.dtype == object or a.size not in (1, n) or not np.issubdtype(a.dtype, np.number):
+        raise TypeError("not numbers")
+    return np.ravel(a).astype(complex)
+
+
+def values_text(values: np.ndarray) -> str:
+    """``"0: 0.01, 1: 0.00991, 10: 0.0091, ..."``: a schedule at some of the
+    probe's steps (a function of all of them, a norm: its values)."""
+    if len(values) != len(PROBE_STEPS):
+        return ", ".join(number(v, 6) for v in values[: len(_SHOWN_STEPS)])
+    shown = {int(s): v for s, v in zip(PROBE_STEPS, values)}
+    return ", ".join(f"{s}: {number(shown[s], 6)}" for s in _SHOWN_STEPS)
