@@ -197,7 +197,7 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
 
     ``path`` may also be a file NetKet wrote: a flax ``.mpack`` of a
     variational state or of its variables, or an nqxpack file or directory (see
-    ``nkserde/netket_files.py``), recognised by its content. Or a
+    ``nkserde/foreign_load.py``), recognised by its content. Or a
     checkpoint written by :class:`nkserde.Checkpoint`
     (the driver it holds is loaded), or a checkpoint directory: its newest
     checkpoint that verifies is loaded (a directory of ``checkpointed(...)``
@@ -210,9 +210,9 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
             raise NkserdeError(
                 f"{path}: at=, rename=, strict=False and report= apply to nkserde files; this is a file NetKet wrote"
             )
-        from . import netket_files
+        from . import foreign_load
 
-        return netket_files.load(template, path)
+        return foreign_load.load(template, path)
     with fileformat.LazyFile(path) as lazy:  # arrays are read as the template asks for them
         return _load_lazy(template, path, lazy, at=at, strict=strict, rename=rename, report=report)
 

@@ -1,4 +1,5 @@
-"""Files NetKet itself writes, loaded into nkserde templates.
+"""Files NetKet itself writes (foreign to nkserde's format: ``format/foreign.py``
+tells them apart and reads their bytes), loaded into nkserde templates.
 
 NetKet users hold years of them:
 
