@@ -223,7 +223,7 @@ def register(
         raise ValueError(f"schema version must be an int >= 1, got {version!r}")
     if cls in _TABLES.by_type and not override:
         raise ValueError(
-            f"{cls.__module__}.{cls.__qualname__} is already registered as "
+            f"{module_path(cls)} is already registered as "
             f"{_TABLES.by_type[cls].name!r}; pass override=True to replace it"
         )
     other = _TABLES.by_name.get(name)
@@ -320,6 +320,13 @@ def migrations() -> dict[tuple[str, int], Callable]:
     return dict(_TABLES.migrations)
 
 
+def module_path(cls: type) -> str:
+    """``module.QualName`` of a class: how messages name a type, and the
+    name a rule gives a type without a registration of its own (nkserde
+    0.1 wrote it too). Compared, never imported."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def lookup(cls: type) -> Registration | None:
     """The registration for instances of ``cls``, or None."""
     reg = _TABLES.by_type.get(cls)
@@ -407,5 +414,5 @@ def unregistered(obj, path) -> UnregisteredTypeError:
     cls = type(obj)
     return UnregisteredTypeError(
         f"{format_path(path)}: no nkserde registration for type "
-        f"{cls.__module__}.{cls.__qualname__}; register it with nkserde.register(...)"
+        f"{module_path(cls)}; register it with nkserde.register(...)"
     )

@@ -697,7 +697,7 @@ def _namedtuple_rule(cls):
     top = cls.__module__.split(".")[0]
     # optax moves its state classes between private modules; its public
     # namespace is stable, so name optax states by it.
-    name = f"optax.{cls.__qualname__}" if top == "optax" else f"{cls.__module__}.{cls.__qualname__}"
+    name = f"optax.{cls.__qualname__}" if top == "optax" else registry.module_path(cls)
     return registry.Registration(
         name,
         1,
