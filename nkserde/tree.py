@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from ._warnings import outside
-from . import jax_internals, registry
+from . import builtin_types, jax_internals, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
@@ -90,7 +90,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
         if _is_key_array(obj):
-            return _node(KEY_REGISTRATION, obj, path)
+            return _node(builtin_types.KEY_REGISTRATION, obj, path)
         _check_dtype(obj.dtype, path)
         return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if _CHECK_ONLY.get() else _host_array(obj)
     reg = registry.lookup(type(obj))
@@ -265,7 +265,7 @@ def from_state_dict(template, state, path=()) -> Any:
             state = state.read()
         return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path)
     if isinstance(template, jax.Array) and _is_key_array(template):
-        return _restore_node(KEY_REGISTRATION, template, state, path)
+        return _restore_node(builtin_types.KEY_REGISTRATION, template, state, path)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
         return _restore_array(template, state, path)
     if template is None:
@@ -660,51 +660,3 @@ def _replicated():
     if mesh is None:
         return None
     return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-
-# --------------------------------------------------------------------------- built-in types
-
-
-def _key_to_state(key):
-    return {"impl": str(jax.random.key_impl(key)), "data": jax.random.key_data(key)}
-
-
-def _key_from_state(template, fields):
-    impl = str(jax.random.key_impl(template))
-    # The file's impl is compared, never used to pick code.
-    if fields["impl"] != impl:
-        raise TemplateMismatchError(f"PRNG key implementation {fields['impl']!r} in file, {impl!r} in template")
-    return jax.random.wrap_key_data(fields["data"], impl=jax.random.key_impl(template))
-
-
-KEY_REGISTRATION = registry.Registration(
-    "jax.random.key",
-    1,
-    _key_to_state,
-    _key_from_state,
-    fields=("impl", "data"),
-    doc=(
-        "`impl`: str, PRNG implementation (compared with the template's, never used to choose "
-        "code); `data`: uint32 key data"
-    ),
-)
-registry.add_builtin(KEY_REGISTRATION)
-
-
-def _namedtuple_rule(cls):
-    if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_asdict")):
-        return None
-    top = cls.__module__.split(".")[0]
-    # optax moves its state classes between private modules; its public
-    # namespace is stable, so name optax states by it.
-    name = f"optax.{cls.__qualname__}" if top == "optax" else registry.module_path(cls)
-    return registry.Registration(
-        name,
-        1,
-        lambda t: t._asdict(),
-        lambda template, f: type(template)(**f),
-        doc="NamedTuple: one entry per field, in the tuple's own field names",
-    )
-
-
-registry.add_rule(_namedtuple_rule)
