@@ -31,8 +31,8 @@ migration finds the variational state's model and restored parameters)::
         return fields
 
 Besides exact types, *rules* register whole families of types on first sight
-(NamedTuples, typed JAX PRNG keys, NetKet pytrees): a rule is a function
-``type -> Registration | None``.
+(NamedTuples, NetKet pytrees): a rule is a function ``type -> Registration |
+None``.
 """
 
 from __future__ import annotations
@@ -267,12 +267,6 @@ def _add_name(reg: Registration) -> None:
     _TABLES.by_name[reg.name] = reg
     for alias in reg.aliases:
         _TABLES.aliases.setdefault(alias, reg.name)
-
-
-def add_builtin(reg: Registration) -> None:
-    """Makes a registration that is not tied to one Python type (e.g. JAX's
-    typed PRNG keys) known by name."""
-    _add_name(reg)
 
 
 def transferable(family: str, names, fields) -> None:

@@ -46,10 +46,6 @@ def _set(flag: contextvars.ContextVar):
         flag.reset(token)
 
 
-def _is_key_array(x) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
 def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
     """A host view of ``x``. Spread over processes, a replicated array is this
     process's copy and a split one a :class:`GlobalArray` of the blocks this
@@ -89,8 +85,8 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         _check_dtype(obj.dtype, path)
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
-        if _is_key_array(obj):
-            return _node(builtin_types.KEY_REGISTRATION, obj, path)
+        if builtin_types.is_key_array(obj):
+            return _node(registry.lookup(builtin_types.KeyArray), obj, path)
         _check_dtype(obj.dtype, path)
         return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if _CHECK_ONLY.get() else _host_array(obj)
     reg = registry.lookup(type(obj))
@@ -264,8 +260,8 @@ def from_state_dict(template, state, path=()) -> Any:
                 return from_state_dict(template.value, state, path)
             state = state.read()
         return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path)
-    if isinstance(template, jax.Array) and _is_key_array(template):
-        return _restore_node(builtin_types.KEY_REGISTRATION, template, state, path)
+    if builtin_types.is_key_array(template):
+        return _restore_node(registry.lookup(builtin_types.KeyArray), template, state, path)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
         return _restore_array(template, state, path)
     if template is None:
