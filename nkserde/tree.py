@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from ._warnings import outside
-from . import builtin_types, jax_internals, registry
+from . import builtin_types, jax_internals, migrations, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
@@ -333,9 +333,9 @@ def _restore_node(reg: registry.Registration, template, state, path):
     if version != (reg.version if shared is None else registry.lookup_name(name).version):
         fields = materialize(fields)  # migrations see numpy arrays
     if shared is not None:
-        fields = registry.upgrade(name, version, fields, registry.lookup_name(name).version, path)
+        fields = migrations.upgrade(name, version, fields, registry.lookup_name(name).version, path)
     else:
-        fields = registry.upgrade(name, version, fields, reg.version, path, template=template)
+        fields = migrations.upgrade(name, version, fields, reg.version, path, template=template)
     template_fields = reg.to_state(template)
     keys = {_key(k, path): k for k in template_fields}
     expected = {s: k for s, k in keys.items() if s in fields or s not in reg.optional_fields}
@@ -354,7 +354,7 @@ def _restore_node(reg: registry.Registration, template, state, path):
             del fields[s]
     _check_keys(path, fields, expected, template)
     restored = {}
-    with registry.loading(template, restored):
+    with migrations.loading(template, restored):
         for s, k in keys.items():
             if s not in fields:  # optional or (non-strict) missing in the file, or not transferred
                 restored[k] = _unwrap(template_fields[k])
@@ -644,7 +644,7 @@ def _build_node(state, path, to_jax):
     if reg is None or reg.from_fields is None or not isinstance(version, int):
         raise mismatch(path, state, None, "a stored object needs a template object to load into")
     fields = tree_codec.fields_of(state)
-    fields = registry.upgrade(reg.name, version, fields, reg.version, path)
+    fields = migrations.upgrade(reg.name, version, fields, reg.version, path)
     return reg.from_fields({k: _untemplated(v, path + (k,), to_jax) for k, v in fields.items()})
 
 
