@@ -5,8 +5,6 @@ the :class:`MigrationContext` a step receives."""
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 from typing import Any, NamedTuple
 
@@ -54,26 +52,14 @@ class MigrationContext:
         )
 
 
-# The objects whose fields are being restored, outermost first (tree.py
-# pushes one per registered object; migrations read it).
-_LOADING: contextvars.ContextVar[tuple] = contextvars.ContextVar("nkserde_loading", default=())
-
-
-@contextlib.contextmanager
-def loading(template, restored: dict):
-    """Marks ``template`` as being loaded, with ``restored`` (filled as its
-    fields are restored), for the migrations of the values inside it."""
-    token = _LOADING.set(_LOADING.get() + (Loading(template, restored),))
-    try:
-        yield
-    finally:
-        _LOADING.reset(token)
-
-
-def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, template=None) -> dict:
+def upgrade(
+    name: str, version: int, fields: dict, current: int, path=(), *, template=None, enclosing: tuple = ()
+) -> dict:
     """Applies the migrations of ``name`` from ``version`` to ``current``;
     ``template`` is the object the fields are being loaded into (None: no
-    template, as in :func:`nkserde.migrate`)."""
+    template, as in :func:`nkserde.migrate`), ``enclosing`` the
+    :class:`Loading` objects around it, outermost first (what
+    :meth:`MigrationContext.enclosing` searches)."""
     if version > current:
         raise UnsupportedVersionError(
             f"{format_path(path)}: {name} has schema version {version} in the file, "
@@ -86,7 +72,7 @@ def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, tem
                 f"{format_path(path)}: {name} schema version {version} in the file, "
                 f"current is {current}, and no migration from version {version} is registered"
             )
-        context = MigrationContext(name, version, tuple(path), template, _LOADING.get())
+        context = MigrationContext(name, version, tuple(path), template, tuple(enclosing))
         fields = step(dict(fields), context)
         version += 1
     return fields

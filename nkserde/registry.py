@@ -43,7 +43,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Mapping
 
-from .errors import UnregisteredTypeError, format_path
+from .errors import UnregisteredTypeError
 
 ToState = Callable[[Any], Mapping[str, Any]]
 FromState = Callable[[Any, dict], Any]
@@ -328,11 +328,3 @@ class FieldNotStored(UnregisteredTypeError):
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
-
-
-def unregistered(obj, path) -> UnregisteredTypeError:
-    cls = type(obj)
-    return UnregisteredTypeError(
-        f"{format_path(path)}: no nkserde registration for type "
-        f"{module_path(cls)}; register it with nkserde.register(...)"
-    )

@@ -10,8 +10,6 @@ decides the structure and the types, the state dict provides the numbers.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -23,27 +21,14 @@ from ._warnings import outside
 from . import builtin_types, jax_internals, migrations, registry
 from .format.layout import DTYPES, dtype_name
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from .load_context import LoadContext, mismatch
 from .format.reader import LazyArray, materialize
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
 from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable, full_index
 
 
-# Set while restoring a registration's ``dtype_from_file`` fields.
-_DTYPE_FROM_FILE = contextvars.ContextVar("nkserde_dtype_from_file", default=False)
-_CHECK_ONLY = contextvars.ContextVar("nkserde_check_only", default=False)
-# The report of a non-strict load (None: strict, every difference raises).
-_REPORT: contextvars.ContextVar = contextvars.ContextVar("nkserde_report", default=None)
 _SCALARS = (bool, int, float, complex, str, bytes)
-
-
-@contextlib.contextmanager
-def _set(flag: contextvars.ContextVar):
-    token = flag.set(True)
-    try:
-        yield
-    finally:
-        flag.reset(token)
 
 
 def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
@@ -71,9 +56,6 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     of the first value nkserde does not know how to store. ``check_only``:
     only check that it can be stored (JAX arrays are not read: the result
     holds a ``jax.ShapeDtypeStruct`` of each in its place)."""
-    if check_only:
-        with _set(_CHECK_ONLY):
-            return to_state_dict(obj, path)
     if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
             tree_codec.check_text(obj, path, "string")
@@ -86,27 +68,36 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
         if builtin_types.is_key_array(obj):
-            return _node(registry.lookup(builtin_types.KeyArray), obj, path)
+            return _node(registry.lookup(builtin_types.KeyArray), obj, path, check_only)
         _check_dtype(obj.dtype, path)
-        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if _CHECK_ONLY.get() else _host_array(obj)
+        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if check_only else _host_array(obj)
     reg = registry.lookup(type(obj))
     if reg is not None:
-        return _node(reg, obj, path)
+        return _node(reg, obj, path, check_only)
     if isinstance(obj, PerProcess):
-        return PerProcess(to_state_dict(obj.value, path))
+        return PerProcess(to_state_dict(obj.value, path, check_only=check_only))
     if isinstance(obj, Primary):
-        return Primary(to_state_dict(obj.value, path))
+        return Primary(to_state_dict(obj.value, path, check_only=check_only))
     if isinstance(obj, Resizable):
-        return to_state_dict(obj.value, path)
+        return to_state_dict(obj.value, path, check_only=check_only)
     if isinstance(obj, Mapping):
         out, seen = {}, {}
         for k, v in obj.items():
             key = _new_key(k, seen, path)
-            out[key] = to_state_dict(v, path + (key,))
+            out[key] = to_state_dict(v, path + (key,), check_only=check_only)
         return out
     if type(obj) in (list, tuple):
-        return [to_state_dict(v, path + (i,)) for i, v in enumerate(obj)]
-    raise registry.unregistered(obj, path)
+        return [to_state_dict(v, path + (i,), check_only=check_only) for i, v in enumerate(obj)]
+    raise unregistered(obj, path)
+
+
+def unregistered(obj, path) -> UnregisteredTypeError:
+    """The error of a value, met at ``path`` of an object being saved or of
+    a template, whose type has no registration."""
+    return UnregisteredTypeError(
+        f"{format_path(path)}: no nkserde registration for type "
+        f"{registry.module_path(type(obj))}; register it with nkserde.register(...)"
+    )
 
 
 def _check_schema(reg: registry.Registration, fields, path) -> None:
@@ -161,7 +152,7 @@ def _check_dtype(dtype, path) -> None:
         )
 
 
-def _node(reg: registry.Registration, obj, path) -> dict:
+def _node(reg: registry.Registration, obj, path, check_only: bool) -> dict:
     try:
         fields = reg.to_state(obj)
     except registry.FieldNotStored as exc:
@@ -171,78 +162,24 @@ def _node(reg: registry.Registration, obj, path) -> dict:
     out, seen = {TYPE: reg.name, VERSION: reg.version}, {}
     for k, v in fields.items():
         key = _new_key(k, seen, path)
-        out[key] = to_state_dict(v, path + (key,))
+        out[key] = to_state_dict(v, path + (key,), check_only=check_only)
     return out
 
 
 # --------------------------------------------------------------------------- load
 
-
-def _describe(x) -> str:
-    if isinstance(x, dict) and TYPE in x:
-        return f"{x[TYPE]} (schema version {x.get(VERSION)})"
-    if isinstance(x, (np.ndarray, jax.Array, np.generic, LazyArray)):
-        return f"array {x.dtype}{list(x.shape)}"
-    if isinstance(x, Mapping):
-        return f"dict with keys {sorted(map(str, x))[:8]}"
-    if isinstance(x, (list, tuple)):
-        return f"{type(x).__name__} of length {len(x)}"
-    if x is None:
-        return "None"
-    return f"{type(x).__name__} {x!r}"[:80]
+# The context of from_state_dict: strict, nothing counted.
+STRICT = LoadContext()
 
 
-def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
-    why = f" ({why})" if why else ""
-    return TemplateMismatchError(
-        f"{format_path(path)}: file has {_describe(found)}, template has {_describe(template)}{why}"
-    )
-
-
-def rebuild(template, state, path=(), *, report=None) -> Any:
-    """:func:`from_state_dict`, counting the values restored in ``report``
-    (a partial_load.LoadReport). With a non-strict report the load is
-    lenient: an entry missing in ``state``, or whose shape, dtype or type
-    differs, keeps the template's value and an entry of ``state`` the
-    template has no place for is not used, each named in the report,
-    instead of raising TemplateMismatchError."""
-    token = _REPORT.set(report)
-    try:
-        return from_state_dict(template, state, path)
-    finally:
-        _REPORT.reset(token)
-
-
-def _lenient() -> bool:
-    report = _REPORT.get()
-    return report is not None and not report.strict
-
-
-def _differs(path, state, template, why: str | None = None, error: Exception | None = None, *, both=False):
-    """Where the file's value does not fit the template: the template's
-    value, kept and named in the report, when the load is lenient; else
-    raises ``error`` (default: a TemplateMismatchError naming both)."""
-    if _lenient():
-        why = why or (f"file has {_describe(state)}" + (f", template has {_describe(template)}" if both else ""))
-        return _kept(path, "differs", template, why)
-    raise error if error is not None else mismatch(path, state, template)
-
-
-def _kept(path, kind, template, why=""):
-    """In a non-strict load, ``template`` kept at ``path`` (reported)."""
-    _REPORT.get().add(path, kind, why)
-    return template
-
-
-def _count():
-    report = _REPORT.get()
-    if report is not None:
-        report.restored += 1
-
-
-def from_state_dict(template, state, path=()) -> Any:
+def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
     """A new object shaped like ``template`` holding the values of ``state``.
-    The template is not mutated."""
+    The template is not mutated. ``ctx``: the load this is part of (see
+    load_context.py); by default strict: every difference raises
+    TemplateMismatchError. With a non-strict report the load is lenient:
+    an entry missing in ``state``, or whose shape, dtype or type differs,
+    keeps the template's value and an entry of ``state`` the template has
+    no place for is not used, each named in the report."""
     if state is None:  # an optional value that was unset when saved
         return None
     if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)):
@@ -252,51 +189,51 @@ def from_state_dict(template, state, path=()) -> Any:
     if isinstance(state, Primary):  # an in-memory state dict
         state = state.value
     if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
-        return _restore_per_process(template, state, path)
+        return _restore_per_process(template, state, path, ctx)
     if isinstance(template, Resizable):
         if isinstance(state, LazyArray):  # read here unless it fits as it is (see _restore_array)
             fits = isinstance(template.value, jax.Array) and tuple(state.shape) == tuple(template.value.shape)
             if fits:
-                return from_state_dict(template.value, state, path)
+                return from_state_dict(template.value, state, path, ctx)
             state = state.read()
-        return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path)
+        return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path, ctx)
     if builtin_types.is_key_array(template):
-        return _restore_node(registry.lookup(builtin_types.KeyArray), template, state, path)
+        return _restore_node(registry.lookup(builtin_types.KeyArray), template, state, path, ctx)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
-        return _restore_array(template, state, path)
+        return _restore_array(template, state, path, ctx)
     if template is None:
-        return _untemplated(state, path)
+        return _untemplated(state, path, ctx)
     if isinstance(template, _SCALARS):
-        return _restore_scalar(template, state, path)
+        return _restore_scalar(template, state, path, ctx)
     reg = registry.lookup(type(template))
     if reg is not None:
-        return _restore_node(reg, template, state, path)
+        return _restore_node(reg, template, state, path, ctx)
     if isinstance(template, Mapping):
         if not isinstance(state, dict) or TYPE in state:
-            return _differs(path, state, template)
+            return ctx.differs(path, state, template)
         keys = {_key(k, path): k for k in template}
-        _check_keys(path, state, keys, template)
+        _check_keys(path, state, keys, template, ctx)
         restored = {
-            k: from_state_dict(template[k], state[s], path + (s,)) if s in state else _unwrap(template[k])
+            k: from_state_dict(template[k], state[s], path + (s,), ctx) if s in state else _unwrap(template[k])
             for s, k in keys.items()
         }
         return restored if type(template) is dict else type(template)(restored)
     if type(template) in (list, tuple):
         if not isinstance(state, list) or len(state) != len(template):
-            return _differs(path, state, template, both=True)
-        out = [from_state_dict(t, s, path + (i,)) for i, (t, s) in enumerate(zip(template, state))]
+            return ctx.differs(path, state, template, both=True)
+        out = [from_state_dict(t, s, path + (i,), ctx) for i, (t, s) in enumerate(zip(template, state))]
         return out if type(template) is list else tuple(out)
-    raise registry.unregistered(template, path)
+    raise unregistered(template, path)
 
 
-def _check_keys(path, state, keys, template):
+def _check_keys(path, state, keys, template, ctx: LoadContext):
     found = set(tree_codec.fields_of(state))
     missing, extra = sorted(set(keys) - found), sorted(found - set(keys))
-    if _lenient():
+    if ctx.lenient:
         for k in missing:
-            _kept(path + (k,), "missing", None)
+            ctx.keep_template(path + (k,), "missing", None)
         for k in extra:
-            _kept(path + (k,), "unexpected", None)
+            ctx.keep_template(path + (k,), "unexpected", None)
         return
     if missing or extra:
         parts = []
@@ -307,7 +244,7 @@ def _check_keys(path, state, keys, template):
         raise mismatch(path, state, template, "; ".join(parts))
 
 
-def _restore_node(reg: registry.Registration, template, state, path):
+def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadContext):
     if not isinstance(state, dict) or not isinstance(state.get(TYPE), str):
         raise mismatch(path, state, template, f"expected a stored {reg.name}")
     name, version = registry.resolve(state[TYPE]), state.get(VERSION)
@@ -319,32 +256,33 @@ def _restore_node(reg: registry.Registration, template, state, path):
     shared = None  # a transfer between kinds: the fields it takes
     if name != reg.name:
         shared = registry.transfer_fields(name, reg.name)
-        if not _lenient() or shared is None:
+        if not ctx.lenient or shared is None:
             hint = (
                 f"; a load of the {sorted(shared)} of one into the other needs strict=False"
                 if shared is not None
                 else ""
             )
             why = f"file has {name}, template has {reg.name}"
-            return _differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
+            return ctx.differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
     fields = tree_codec.fields_of(state)
     if version != (reg.version if shared is None else registry.lookup_name(name).version):
         fields = materialize(fields)  # migrations see numpy arrays
     if shared is not None:
-        fields = migrations.upgrade(name, version, fields, registry.lookup_name(name).version, path)
+        current = registry.lookup_name(name).version
+        fields = migrations.upgrade(name, version, fields, current, path, enclosing=ctx.loading)
     else:
-        fields = migrations.upgrade(name, version, fields, reg.version, path, template=template)
+        fields = migrations.upgrade(name, version, fields, reg.version, path, template=template, enclosing=ctx.loading)
     template_fields = reg.to_state(template)
     keys = {_key(k, path): k for k in template_fields}
     expected = {s: k for s, k in keys.items() if s in fields or s not in reg.optional_fields}
     if shared is not None:  # another kind of the same family: take the shared fields only
         why = f"{name} -> {reg.name}: transfers {', '.join(sorted(shared))} only"
         for s in sorted(set(fields) - shared):
-            _kept(path + (s,), "unexpected", None, why)
+            ctx.keep_template(path + (s,), "unexpected", None, why)
         for s in sorted(set(keys) - shared):
-            _kept(path + (s,), "missing", None, why)
+            ctx.keep_template(path + (s,), "missing", None, why)
         fields = {s: v for s, v in fields.items() if s in shared}
         expected = {s: k for s, k in keys.items() if s in shared}
     # a field of some library versions only: absent on one side, it is the
@@ -352,26 +290,26 @@ def _restore_node(reg: registry.Registration, template, state, path):
     for s in reg.optional_fields:
         if s in fields and s not in keys:
             del fields[s]
-    _check_keys(path, fields, expected, template)
+    _check_keys(path, fields, expected, template, ctx)
     restored = {}
-    with migrations.loading(template, restored):
-        for s, k in keys.items():
-            if s not in fields:  # optional or (non-strict) missing in the file, or not transferred
-                restored[k] = _unwrap(template_fields[k])
-            elif s in reg.free_fields:
-                restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
-            else:
-                value = template_fields[k]
-                if s in reg.provisional:
-                    value = _provisional(reg.provisional[s], template, value, fields[s])
-                with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
-                    restored[k] = from_state_dict(value, fields[s], path + (s,))
-    if not _lenient():
+    inner = ctx.inside(template, restored)  # what the migrations of the fields' values see
+    for s, k in keys.items():
+        if s not in fields:  # optional or (non-strict) missing in the file, or not transferred
+            restored[k] = _unwrap(template_fields[k])
+        elif s in reg.free_fields:
+            restored[k] = _untemplated(fields[s], path + (s,), inner, to_jax=False)
+        else:
+            value = template_fields[k]
+            if s in reg.provisional:
+                value = _provisional(reg.provisional[s], template, value, fields[s])
+            field_ctx = inner.with_dtype_from_file() if s in reg.dtype_from_file else inner
+            restored[k] = from_state_dict(value, fields[s], path + (s,), field_ctx)
+    if not ctx.lenient:
         return reg.from_state(template, restored)
     try:
         return reg.from_state(template, restored)
     except TemplateMismatchError as exc:
-        return _kept(path, "differs", template, str(exc))
+        return ctx.keep_template(path, "differs", template, str(exc))
 
 
 # At most this many steps of a template make a provisional field final
@@ -457,18 +395,18 @@ def _unwrap(value):
     return value
 
 
-def _restore_per_process(template, state, path):
+def _restore_per_process(template, state, path, ctx: LoadContext):
     """This process's value of a per-process field (see placement.PerProcess)."""
     derive = template.derive if isinstance(template, PerProcess) else None
     template = template.value if isinstance(template, PerProcess) else template
     if isinstance(state, PerProcess):  # an in-memory state dict: this process's own value
-        return from_state_dict(template, state.value, path)
+        return from_state_dict(template, state.value, path, ctx)
     if not isinstance(state, ProcessValues):  # saved before the field was per-process
-        return from_state_dict(template, state, path)
+        return from_state_dict(template, state, path, ctx)
     saved, rank = len(state.values), jax.process_index()
     if not saved:
         raise mismatch(path, state, template, "no saved process values")
-    value = from_state_dict(template, state.values[rank % saved], path)
+    value = from_state_dict(template, state.values[rank % saved], path, ctx)
     if rank == 0 and jax.process_count() < saved:
         warnings.warn(
             f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
@@ -510,7 +448,7 @@ def _resize(template, state, path, announce=True):
     return state[np.arange(wanted) % saved]
 
 
-def _restore_array(template, state, path):
+def _restore_array(template, state, path, ctx: LoadContext):
     if isinstance(state, GlobalArray):  # from state_dict() in a multi-process run: this process's blocks
         state = _LocalBlocks(state, path)
     if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
@@ -519,17 +457,17 @@ def _restore_array(template, state, path):
         if isinstance(state, _SCALARS) and np.ndim(template) == 0:
             state = np.asarray(state)  # a Python number where an array scalar is expected
             if state.dtype.kind != np.asarray(template).dtype.kind:
-                return _differs(path, state, template)
+                return ctx.differs(path, state, template)
             state = state.astype(template.dtype)
         else:
-            return _differs(path, state, template, both=True)
+            return ctx.differs(path, state, template, both=True)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
-    if state.shape == t_shape and _DTYPE_FROM_FILE.get() and _precision_only(state.dtype, t_dtype):
+    if state.shape == t_shape and ctx.dtype_from_file and _precision_only(state.dtype, t_dtype):
         t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
-        return _differs(path, state, template, both=True)
-    _count()
+        return ctx.differs(path, state, template, both=True)
+    ctx.count()
     if state.dtype != t_dtype:
         state = materialize(state).astype(t_dtype)
     if isinstance(template, np.ndarray):
@@ -599,7 +537,7 @@ def _weak(x):
     return jax_internals.weak_typed(x)
 
 
-def _restore_scalar(template, state, path):
+def _restore_scalar(template, state, path, ctx: LoadContext):
     if isinstance(state, np.ndarray) and state.ndim == 0:
         state = state.item()
     # bool is a subclass of int; keep the two apart, let int widen to float.
@@ -607,15 +545,15 @@ def _restore_scalar(template, state, path):
     t_kind = next(k for k in kinds if isinstance(template, k))
     s_kind = next((k for k in kinds if isinstance(state, k)), None)
     if s_kind is t_kind or (t_kind is float and s_kind is int) or (t_kind is complex and s_kind in (int, float)):
-        _count()
+        ctx.count()
         try:
             return type(template)(state)  # keeps IntFlag, str subclasses...
         except (TypeError, ValueError):
             return t_kind(state)
-    return _differs(path, state, template)
+    return ctx.differs(path, state, template)
 
 
-def _untemplated(state, path, to_jax=True):
+def _untemplated(state, path, ctx: LoadContext, to_jax=True):
     """A value rebuilt from the file alone: where the template holds None
     (e.g. a momentum buffer created at the first step; arrays become JAX
     arrays) or for a registration's free fields (arrays stay numpy).
@@ -623,19 +561,19 @@ def _untemplated(state, path, to_jax=True):
     if isinstance(state, LazyArray):
         state = state.read()
     if isinstance(state, ProcessValues):
-        return _untemplated(state.values[jax.process_index() % len(state.values)], path, to_jax)
+        return _untemplated(state.values[jax.process_index() % len(state.values)], path, ctx, to_jax)
     if isinstance(state, dict):
         if TYPE in state:
-            return _build_node(state, path, to_jax)
-        return {k: _untemplated(v, path + (k,), to_jax) for k, v in state.items()}
+            return _build_node(state, path, ctx, to_jax)
+        return {k: _untemplated(v, path + (k,), ctx, to_jax) for k, v in state.items()}
     if isinstance(state, list):
-        return [_untemplated(v, path + (i,), to_jax) for i, v in enumerate(state)]
+        return [_untemplated(v, path + (i,), ctx, to_jax) for i, v in enumerate(state)]
     if isinstance(state, np.ndarray) and to_jax:
         return jax.device_put(state, _replicated(), may_alias=True)
     return state
 
 
-def _build_node(state, path, to_jax):
+def _build_node(state, path, ctx: LoadContext, to_jax):
     """A stored object where the template holds None: only for types whose
     registration can rebuild them from their fields alone (``from_fields``),
     at their current schema version."""
@@ -644,8 +582,8 @@ def _build_node(state, path, to_jax):
     if reg is None or reg.from_fields is None or not isinstance(version, int):
         raise mismatch(path, state, None, "a stored object needs a template object to load into")
     fields = tree_codec.fields_of(state)
-    fields = migrations.upgrade(reg.name, version, fields, reg.version, path)
-    return reg.from_fields({k: _untemplated(v, path + (k,), to_jax) for k, v in fields.items()})
+    fields = migrations.upgrade(reg.name, version, fields, reg.version, path, enclosing=ctx.loading)
+    return reg.from_fields({k: _untemplated(v, path + (k,), ctx, to_jax) for k, v in fields.items()})
 
 
 def _replicated():
