@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, mismatch_hints, partial_load, registry, tree
+from . import file_info, mismatch_hints, partial_load, registry, tree, tree_load
 from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat
 from .format.tree_codec import TYPE, VERSION
@@ -40,7 +40,7 @@ def state_dict(obj) -> object:
 def from_state_dict(template, state) -> object:
     """A new object shaped like ``template`` with every value from ``state``
     (as returned by :func:`state_dict`). The template is not mutated."""
-    return tree.from_state_dict(template, state)
+    return tree_load.from_state_dict(template, state)
 
 
 @functools.cache
@@ -231,7 +231,7 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         state = state[checkpoint_file.DRIVER]
     log = partial_load.LoadReport(file=str(path), at=partial_load.format_path(where) if where else "", strict=strict)
     try:
-        obj = tree.from_state_dict(template, state, where, LoadContext(report=log))
+        obj = tree_load.from_state_dict(template, state, where, LoadContext(report=log))
     except UnsupportedVersionError as exc:
         raise in_file(exc, path, written_by(header.get("meta"))) from None
     except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
