@@ -11,11 +11,13 @@ see each other's.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Mapping
 
 import jax
 import numpy as np
 
+from ._warnings import outside
 from .errors import TemplateMismatchError, format_path
 from .format.reader import LazyArray
 from .format.tree_codec import TYPE, VERSION
@@ -37,11 +39,19 @@ class LoadContext:
       loading: the registered objects whose fields are being restored
         around this value, outermost first, each with the fields restored
         so far: what a migration sees (``MigrationContext.enclosing``).
+      exact: a trial of a provisional field (:meth:`trial`): the file's
+        value must have the template's structure as stored, converted in
+        no way (no Python number for an array or back, no int for a float,
+        no other precision, no None for a value or a value for None).
+      held: the warnings of a trial, held until it is adopted; None: shown
+        at once.
     """
 
     report: LoadReport | None = None
     dtype_from_file: bool = False
     loading: tuple[Loading, ...] = ()
+    exact: bool = False
+    held: list[str] | None = None
 
     @property
     def lenient(self) -> bool:
@@ -55,6 +65,28 @@ class LoadContext:
 
     def with_dtype_from_file(self) -> LoadContext:
         return self if self.dtype_from_file else dataclasses.replace(self, dtype_from_file=True)
+
+    def trial(self) -> LoadContext:
+        """This context for a trial load of a provisional field: strict and
+        exact, counting in a report of its own and holding its warnings,
+        which :meth:`adopt` takes if the trial's result is used."""
+        return dataclasses.replace(self, report=LoadReport(strict=True), exact=True, held=[])
+
+    def adopt(self, trial: LoadContext) -> None:
+        """Takes the count and the warnings of ``trial`` (made by
+        :meth:`trial`), whose result the load uses."""
+        if self.report is not None:
+            self.report.restored += trial.report.restored
+        for message in trial.held:
+            self.warn(message)
+
+    def warn(self, message: str) -> None:
+        """Shows ``message`` as a warning at the caller's line outside
+        nkserde, or holds it in a trial."""
+        if self.held is not None:
+            self.held.append(message)
+        else:
+            warnings.warn(message, stacklevel=outside())
 
     def count(self) -> None:
         """One array or scalar restored from the file."""

@@ -9,23 +9,21 @@ value) comes down the walk in a :class:`LoadContext`.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-from ._warnings import outside
 from . import builtin_types, jax_internals, migrations, registry
 from .format.layout import dtype_name
-from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from .errors import CorruptFileError, FileReadError, TemplateMismatchError, UnregisteredTypeError, format_path
 from .load_context import LoadContext, mismatch
 from .format.reader import LazyArray, materialize
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
 from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
-from .tree import SCALARS, stored_key, to_state_dict, unregistered
+from .tree import SCALARS, stored_key, unregistered
 
 
 # The context of from_state_dict: strict, nothing counted.
@@ -41,6 +39,8 @@ def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
     keeps the template's value and an entry of ``state`` the template has
     no place for is not used, each named in the report."""
     if state is None:  # an optional value that was unset when saved
+        if ctx.exact and _unwrap(template) is not None:
+            raise mismatch(path, state, template)
         return None
     if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)):
         state = state.read()  # an array of a file is read when, and only if, the template asks for it
@@ -56,12 +56,14 @@ def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
             if fits:
                 return from_state_dict(template.value, state, path, ctx)
             state = state.read()
-        return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path, ctx)
+        return from_state_dict(template.value, _resize(template.value, state, path, ctx, template.announce), path, ctx)
     if builtin_types.is_key_array(template):
         return _restore_node(registry.lookup(builtin_types.KeyArray), template, state, path, ctx)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
         return _restore_array(template, state, path, ctx)
     if template is None:
+        if ctx.exact:
+            raise mismatch(path, state, template)
         return _untemplated(state, path, ctx)
     if isinstance(template, SCALARS):
         return _restore_scalar(template, state, path, ctx)
@@ -159,11 +161,13 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
         elif s in reg.free_fields:
             restored[k] = _untemplated(fields[s], path + (s,), inner, to_jax=False)
         else:
-            value = template_fields[k]
-            if s in reg.provisional:
-                value = _provisional(reg.provisional[s], template, value, fields[s])
             field_ctx = inner.with_dtype_from_file() if s in reg.dtype_from_file else inner
-            restored[k] = from_state_dict(value, fields[s], path + (s,), field_ctx)
+            if s in reg.provisional:
+                restored[k] = _restore_provisional(
+                    reg.provisional[s], template, template_fields[k], fields[s], path + (s,), field_ctx
+                )
+            else:
+                restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,), field_ctx)
     if not ctx.lenient:
         return reg.from_state(template, restored)
     try:
@@ -177,75 +181,62 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
 _MAX_FIRST_STEPS = 8
 
 
-def _provisional(next_step, template, value, state):
-    """The template of a provisional field (``Registration.provisional``):
-    the template's own ``value`` where the file's ``state`` has its
-    structure; else the value that the template's first steps give the
-    field, step by step, the first that has the structure of ``state``.
-    None has it (a step no longer changes the structure, or cannot be
-    taken): ``value`` again, so that the load refuses the difference as it
-    refuses any other."""
+def _restore_provisional(next_step, template, value, state, path, ctx: LoadContext):
+    """A provisional field (``Registration.provisional``) of ``template``
+    restored from the file's ``state``: into the template's own ``value``
+    where ``state`` has its structure as stored (a trial load, exact: see
+    LoadContext); else into the value that the template's first steps give
+    the field, step by step, the first into which ``state`` loads so. None
+    does (a step no longer changes the structure, as JAX sees it, or cannot
+    be taken, or the steps ran out): restored into ``value`` as any field,
+    so that the load refuses (or, lenient, reports) the difference as it
+    does any other. The trials read only the file's value of the field."""
+    trial = ctx.trial()
     try:
-        current = to_state_dict(value, check_only=True)
-    except UnregisteredTypeError:
-        return value  # not a state this check can describe: the load decides
-    if _conforms(current, state):
-        return value
+        restored = from_state_dict(value, state, path, trial)
+    except TemplateMismatchError:
+        pass
+    else:
+        ctx.adopt(trial)
+        return restored
     step = value
     for _ in range(_MAX_FIRST_STEPS):
+        trial = ctx.trial()
         try:
-            step = next_step(template, step)
-            after = to_state_dict(step, check_only=True)
-        except Exception:  # the template cannot take the step: it stays as built, and decides
-            return value
-        if _conforms(after, state):
-            return step
-        if _conforms(after, current):
-            return value  # final: no later step takes the file's structure either
-        current = after
-    return value
+            before, step = step, next_step(template, step)
+            restored = from_state_dict(step, state, path, trial)
+        except TemplateMismatchError:
+            if _same_jax_structure(before, step):
+                break  # final: no later step takes the file's structure either
+            continue
+        except (CorruptFileError, FileReadError):
+            raise  # the file's bytes, whatever the template
+        except Exception:  # the template cannot take the step (or its value cannot be loaded): it stays as built
+            break
+        ctx.adopt(trial)
+        return restored
+    return from_state_dict(value, state, path, ctx)
 
 
-_SHAPED = (np.ndarray, np.generic, LazyArray, GlobalArray, jax.ShapeDtypeStruct)
-
-
-def _plain(x):
-    """A state dict value without the layout markers of placement.py (of a
-    per-process value, this process's)."""
-    while isinstance(x, (PerProcess, Primary, ProcessValues)):
-        if isinstance(x, ProcessValues):
-            x = x.values[jax.process_index() % len(x.values)] if x.values else None
+def _same_jax_structure(a, b) -> bool:
+    """Whether ``a`` and ``b`` agree in what a step may change of a value,
+    as JAX sees it: the tree structure (NamedTuple classes, dict keys,
+    None) and each leaf's type, or an array's shape and dtype. False where
+    JAX cannot see inside a leaf (an object that is not a pytree) or
+    cannot compare the structures."""
+    (leaves_a, tree_a), (leaves_b, tree_b) = jax.tree_util.tree_flatten(a), jax.tree_util.tree_flatten(b)
+    described = []
+    for leaf in leaves_a + leaves_b:
+        if isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
+            described.append((tuple(leaf.shape), np.dtype(leaf.dtype)))
+        elif isinstance(leaf, SCALARS):
+            described.append(type(leaf))
         else:
-            x = x.value
-    return x
-
-
-def _conforms(template, state) -> bool:
-    """Whether ``state`` (of a file or a state dict) has the structure of
-    ``template`` (a template's state dict, from ``to_state_dict(...,
-    check_only=True)``): the same stored types, dict keys and list lengths,
-    arrays of the same shapes and dtypes, scalars of the same types. A
-    stored object of another schema version conforms (its migration
-    decides)."""
-    template, state = _plain(template), _plain(state)
-    if isinstance(template, _SHAPED) or isinstance(state, _SHAPED):
-        return (
-            isinstance(template, _SHAPED)
-            and isinstance(state, _SHAPED)
-            and tuple(np.shape(template)) == tuple(np.shape(state))
-            # files are little-endian; a template's byte order is a layout detail
-            and np.dtype(template.dtype).newbyteorder("<") == np.dtype(state.dtype).newbyteorder("<")
-        )
-    if isinstance(template, dict) and isinstance(state, dict):
-        if TYPE in template or TYPE in state:
-            if registry.resolve(str(template.get(TYPE))) != registry.resolve(str(state.get(TYPE))):
-                return False
-            if template.get(VERSION) != state.get(VERSION):
-                return True
-        return template.keys() == state.keys() and all(_conforms(template[k], state[k]) for k in template)
-    if isinstance(template, list) and isinstance(state, list):
-        return len(template) == len(state) and all(map(_conforms, template, state))
-    return type(template) is type(state)
+            return False
+    try:
+        return bool(tree_a == tree_b) and described[: len(leaves_a)] == described[len(leaves_a) :]
+    except Exception:  # node data that cannot be compared (an array in a static field)
+        return False
 
 
 def _unwrap(value):
@@ -268,26 +259,24 @@ def _restore_per_process(template, state, path, ctx: LoadContext):
         raise mismatch(path, state, template, "no saved process values")
     value = from_state_dict(template, state.values[rank % saved], path, ctx)
     if rank == 0 and jax.process_count() < saved:
-        warnings.warn(
+        ctx.warn(
             f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
             f"{jax.process_count()}: the values of processes {jax.process_count()}.."
-            f"{saved - 1} are not used",
-            stacklevel=outside(),
+            f"{saved - 1} are not used"
         )
     copy = rank // saved
     if copy:
         if derive is None:
-            warnings.warn(
+            ctx.warn(
                 f"nkserde: {format_path(path)}: process {rank} reuses the saved value of "
-                f"process {rank % saved} unchanged (saved by {saved} processes)",
-                stacklevel=outside(),
+                f"process {rank % saved} unchanged (saved by {saved} processes)"
             )
         else:
             value = derive(value, copy)
     return value
 
 
-def _resize(template, state, path, announce=True):
+def _resize(template, state, path, ctx: LoadContext, announce=True):
     """``state`` with its leading axis cut or filled to the template's length
     (see placement.Resizable); unchanged if the shapes already agree."""
     if not isinstance(state, np.ndarray) or not hasattr(template, "shape"):
@@ -301,10 +290,7 @@ def _resize(template, state, path, announce=True):
     else:
         how = f"keeps all {saved} and fills {wanted - saved} by repeating them"
     if announce:
-        warnings.warn(
-            f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: the load {how}",
-            stacklevel=outside(),
-        )
+        ctx.warn(f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: the load {how}")
     return state[np.arange(wanted) % saved]
 
 
@@ -314,7 +300,7 @@ def _restore_array(template, state, path, ctx: LoadContext):
     if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
         state = state.read()
     if not isinstance(state, (np.ndarray, LazyArray)):
-        if isinstance(state, SCALARS) and np.ndim(template) == 0:
+        if isinstance(state, SCALARS) and np.ndim(template) == 0 and not ctx.exact:
             state = np.asarray(state)  # a Python number where an array scalar is expected
             if state.dtype.kind != np.asarray(template).dtype.kind:
                 return ctx.differs(path, state, template)
@@ -323,7 +309,7 @@ def _restore_array(template, state, path, ctx: LoadContext):
             return ctx.differs(path, state, template, both=True)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
-    if state.shape == t_shape and ctx.dtype_from_file and _precision_only(state.dtype, t_dtype):
+    if state.shape == t_shape and ctx.dtype_from_file and not ctx.exact and _precision_only(state.dtype, t_dtype):
         t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
         return ctx.differs(path, state, template, both=True)
@@ -398,6 +384,8 @@ def _weak(x):
 
 
 def _restore_scalar(template, state, path, ctx: LoadContext):
+    if ctx.exact and type(state) is not type(template):
+        return ctx.differs(path, state, template)
     if isinstance(state, np.ndarray) and state.ndim == 0:
         state = state.item()
     # bool is a subclass of int; keep the two apart, let int widen to float.
