@@ -38,7 +38,7 @@ import jax
 import netket as nk
 import numpy as np
 
-from . import tree_load
+from . import device_arrays, tree_load
 from .netket import internals
 from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
 from .format import foreign, limits
@@ -212,11 +212,13 @@ def _sampler_state(vs, stored):
                 f"sampler_state/{key}: file has array {value.dtype}{list(value.shape)}, template has "
                 f"{np.asarray(want).dtype}{list(np.shape(want))}"
             )
-        restored[key] = tree_load.to_device(value, want) if isinstance(want, jax.Array) else value
+        restored[key] = device_arrays.to_device(value, want) if isinstance(want, jax.Array) else value
     new = serialization.from_state_dict(template, restored)
     if getattr(new, "log_prob", None) is not None:
         chains = np.asarray(new.σ)
         log_psi = jax.jit(internals.log_psi_function(vs))(vs.variables, chains.reshape(-1, chains.shape[-1]))
         log_prob = vs.sampler.machine_pow * np.asarray(log_psi).real.reshape(chains.shape[:-1])
-        new = new.replace(log_prob=tree_load.to_device(log_prob.astype(np.asarray(new.log_prob).dtype), new.log_prob))
+        new = new.replace(
+            log_prob=device_arrays.to_device(log_prob.astype(np.asarray(new.log_prob).dtype), new.log_prob)
+        )
     return new

@@ -15,8 +15,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from . import builtin_types, jax_internals, migrations, registry
-from .format.layout import dtype_name
+from . import builtin_types, device_arrays, migrations, registry
 from .errors import CorruptFileError, FileReadError, TemplateMismatchError, UnregisteredTypeError, format_path
 from .load_context import LoadContext, mismatch
 from .format.reader import LazyArray, materialize
@@ -296,7 +295,7 @@ def _resize(template, state, path, ctx: LoadContext, announce=True):
 
 def _restore_array(template, state, path, ctx: LoadContext):
     if isinstance(state, GlobalArray):  # from state_dict() in a multi-process run: this process's blocks
-        state = _LocalBlocks(state, path)
+        state = device_arrays.LocalBlocks(state, path)
     if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
         state = state.read()
     if not isinstance(state, (np.ndarray, LazyArray)):
@@ -320,38 +319,7 @@ def _restore_array(template, state, path, ctx: LoadContext):
         return state
     if isinstance(template, np.generic):
         return state[()]
-    return to_device(state, template)
-
-
-class _LocalBlocks(LazyArray):
-    """A GlobalArray that ``state_dict`` returned (this process's blocks of
-    an array spread over processes), read like an array of a file: each
-    process reads the blocks of its own shards, which must be among its
-    blocks (the template has the layout of the run that took the state
-    dict; another layout needs a file)."""
-
-    def __init__(self, array: GlobalArray, path):
-        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
-        self.dtype_name = dtype_name(self.dtype)
-        self._blocks, self._path = array.blocks, path
-
-    def read(self, index=None) -> np.ndarray:
-        if index is None:
-            index = tuple(slice(0, n) for n in self.shape)
-        index = tuple(index) + tuple(slice(0, n) for n in self.shape[len(tuple(index)) :])
-        wanted = [(i.start or 0, n if i.stop is None else i.stop) for i, n in zip(index, self.shape)]
-        for start, block in self._blocks:
-            stop = [s + n for s, n in zip(start, block.shape)]
-            if all(s <= a and b <= e for (a, b), s, e in zip(wanted, start, stop)):
-                return np.asarray(block)[tuple(slice(a - s, b - s) for (a, b), s in zip(wanted, start))]
-        raise TemplateMismatchError(
-            f"{format_path(self._path)}: this process holds no block of {wanted} of the state dict's array "
-            f"{self.dtype}{list(self.shape)} spread over processes: a template of another layout loads it "
-            "from a file (nkserde.save, then nkserde.load)"
-        )
-
-    def __repr__(self):
-        return f"GlobalArray({self.dtype}{list(self.shape)}, this process's blocks)"
+    return device_arrays.to_device(state, template)
 
 
 def _precision_only(a: np.dtype, b: np.dtype) -> bool:
@@ -360,27 +328,6 @@ def _precision_only(a: np.dtype, b: np.dtype) -> bool:
         if jax.numpy.issubdtype(a, kind) and jax.numpy.issubdtype(b, kind):
             return True
     return False
-
-
-def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:
-    """A JAX array with ``template``'s sharding (and weak type) holding
-    ``array``. Aliases the numpy buffer when it is suitably aligned."""
-    sharding = template.sharding
-    if template.is_fully_addressable:
-        out = jax.device_put(materialize(array), sharding, may_alias=True)
-    elif isinstance(array, LazyArray):  # each process reads the blocks of its own shards only
-        out = jax.make_array_from_callback(array.shape, sharding, array.read)
-    else:
-        out = jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
-    if getattr(template, "weak_type", False):
-        out = _weak(out)
-    return out
-
-
-def _weak(x):
-    # Weak typing changes dtype promotion (a weak f64 scalar times an f32
-    # array stays f32): restore it so a resumed run computes the same dtypes.
-    return jax_internals.weak_typed(x)
 
 
 def _restore_scalar(template, state, path, ctx: LoadContext):
@@ -417,7 +364,7 @@ def _untemplated(state, path, ctx: LoadContext, to_jax=True):
     if isinstance(state, list):
         return [_untemplated(v, path + (i,), ctx, to_jax) for i, v in enumerate(state)]
     if isinstance(state, np.ndarray) and to_jax:
-        return jax.device_put(state, _replicated(), may_alias=True)
+        return jax.device_put(state, device_arrays.replicated(), may_alias=True)
     return state
 
 
@@ -432,13 +379,3 @@ def _build_node(state, path, ctx: LoadContext, to_jax):
     fields = tree_codec.fields_of(state)
     fields = migrations.upgrade(reg.name, version, fields, reg.version, path, enclosing=ctx.loading)
     return reg.from_fields({k: _untemplated(v, path + (k,), ctx, to_jax) for k, v in fields.items()})
-
-
-def _replicated():
-    """Replicated over the global mesh when one is set (NetKet sets one), so
-    a value rebuilt without a template is laid out like the template's
-    parameters and jitted code is not recompiled for it; else the default."""
-    mesh = jax_internals.concrete_mesh()
-    if mesh is None:
-        return None
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
