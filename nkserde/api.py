@@ -24,7 +24,6 @@ from .errors import (
     in_file,
 )
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
-from .load_context import LoadContext
 from .placement import PerProcess, Primary
 
 # what save and load store: NetKet's types are registered before either runs
@@ -231,7 +230,7 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         state = state[checkpoint_file.DRIVER]
     log = partial_load.LoadReport(file=str(path), at=partial_load.format_path(where) if where else "", strict=strict)
     try:
-        obj = tree_load.from_state_dict(template, state, where, LoadContext(report=log))
+        obj = tree_load.from_state_dict(template, state, where, tree_load.LoadContext(report=log))
     except UnsupportedVersionError as exc:
         raise in_file(exc, path, written_by(header.get("meta"))) from None
     except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
