@@ -74,9 +74,6 @@ class LoadContext:
         (``restored``: its fields restored so far, filled by the caller)."""
         return dataclasses.replace(self, loading=self.loading + (Loading(template, restored),))
 
-    def with_dtype_from_file(self) -> LoadContext:
-        return self if self.dtype_from_file else dataclasses.replace(self, dtype_from_file=True)
-
     def trial(self) -> LoadContext:
         """This context for a trial load of a provisional field: strict and
         exact, counting in a report of its own and holding its warnings,
@@ -233,13 +230,13 @@ def _check_keys(path, state, keys, template, ctx: LoadContext):
 def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadContext):
     if not isinstance(state, dict) or not isinstance(state.get(TYPE), str):
         raise mismatch(path, state, template, f"expected a stored {reg.name}")
-    name, version = registry.resolve(state[TYPE]), state.get(VERSION)
-    if not registry.known_name(name):
+    stored, version = registry.lookup_name(state[TYPE]), state.get(VERSION)
+    if stored is None:
         raise UnregisteredTypeError(
-            f"{format_path(path)}: the file holds type {name!r}, which has no registration here "
+            f"{format_path(path)}: the file holds type {state[TYPE]!r}, which has no registration here "
             f"(the template expects {reg.name})"
         )
-    shared = None  # a transfer between kinds: the fields it takes
+    name, shared = stored.name, None  # shared: the fields a transfer between kinds takes
     if name != reg.name:
         shared = registry.transfer_fields(name, reg.name)
         if not ctx.lenient or shared is None:
@@ -252,14 +249,12 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
             return ctx.differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
-    fields = tree_codec.fields_of(state)
-    if version != (reg.version if shared is None else registry.lookup_name(name).version):
+    fields, current = tree_codec.fields_of(state), reg.version if shared is None else stored.version
+    if version != current:
         fields = materialize(fields)  # migrations see numpy arrays
-    if shared is not None:
-        current = registry.lookup_name(name).version
-        fields = migrations.upgrade(name, version, fields, current, path, enclosing=ctx.loading)
-    else:
-        fields = migrations.upgrade(name, version, fields, reg.version, path, template=template, enclosing=ctx.loading)
+    # a transfer's migrations get no template: it is of another kind
+    into = template if shared is None else None
+    fields = migrations.upgrade(name, version, fields, current, path, template=into, enclosing=ctx.loading)
     template_fields = reg.to_state(template)
     keys = {stored_key(k, path): k for k in template_fields}
     expected = {s: k for s, k in keys.items() if s in fields or s not in reg.optional_fields}
@@ -285,7 +280,7 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
         elif s in reg.free_fields:
             restored[k] = _untemplated(fields[s], path + (s,), inner, to_jax=False)
         else:
-            field_ctx = inner.with_dtype_from_file() if s in reg.dtype_from_file else inner
+            field_ctx = dataclasses.replace(inner, dtype_from_file=True) if s in reg.dtype_from_file else inner
             if s in reg.provisional:
                 restored[k] = _restore_provisional(
                     reg.provisional[s], template, template_fields[k], fields[s], path + (s,), field_ctx
