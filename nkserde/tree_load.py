@@ -5,10 +5,8 @@ decides the structure and the types, the state dict (of a file, its
 arrays read only where the template asks for them) provides the numbers.
 What the load is (strict or lenient, its report, the objects around a
 value) comes down the walk in a :class:`LoadContext`, made once per load
-(``api.load`` makes it with the load's report; ``from_state_dict`` takes
-the strict default) and passed explicitly: nothing is held in
-process-wide or context-wide variables, so two loads (two threads, or a
-load inside a migration) never see each other's.
+and passed explicitly: two loads (two threads, or a load inside a
+migration) never see each other's.
 """
 
 from __future__ import annotations
@@ -50,19 +48,18 @@ class LoadContext:
       loading: the registered objects whose fields are being restored
         around this value, outermost first, each with the fields restored
         so far: what a migration sees (``MigrationContext.enclosing``).
-      exact: a trial of a provisional field (:meth:`trial`): the file's
-        value must have the template's structure as stored, converted in
-        no way (no Python number for an array or back, no int for a float,
-        no other precision, no None for a value or a value for None).
-      held: the warnings of a trial, held until it is adopted; None: shown
-        at once.
+      check_only: only check that the file's value fits the template as
+        stored (:meth:`checking`; where a provisional field is tried):
+        exactly, converting nothing (no Python number for an array or
+        back, no int for a float, no other precision, no None for a value
+        or a value for None), and reading, building and placing nothing:
+        the walk returns the template.
     """
 
     report: LoadReport | None = None
     dtype_from_file: bool = False
     loading: tuple[Loading, ...] = ()
-    exact: bool = False
-    held: list[str] | None = None
+    check_only: bool = False
 
     @property
     def lenient(self) -> bool:
@@ -74,26 +71,15 @@ class LoadContext:
         (``restored``: its fields restored so far, filled by the caller)."""
         return dataclasses.replace(self, loading=self.loading + (Loading(template, restored),))
 
-    def trial(self) -> LoadContext:
-        """This context for a trial load of a provisional field: strict and
-        exact, counting in a report of its own and holding its warnings,
-        which :meth:`adopt` takes if the trial's result is used."""
-        return dataclasses.replace(self, report=LoadReport(strict=True), exact=True, held=[])
-
-    def adopt(self, trial: LoadContext) -> None:
-        """Takes the count and the warnings of ``trial`` (made by
-        :meth:`trial`), whose result the load uses."""
-        if self.report is not None:
-            self.report.restored += trial.report.restored
-        for message in trial.held:
-            self.warn(message)
+    def checking(self) -> LoadContext:
+        """This context for a check (``check_only``): strict, counting
+        nothing."""
+        return dataclasses.replace(self, report=None, check_only=True)
 
     def warn(self, message: str) -> None:
         """Shows ``message`` as a warning at the caller's line outside
-        nkserde, or holds it in a trial."""
-        if self.held is not None:
-            self.held.append(message)
-        else:
+        nkserde (a check warns nothing: the load that follows it does)."""
+        if not self.check_only:
             warnings.warn(message, stacklevel=outside())
 
     def count(self) -> None:
@@ -160,10 +146,10 @@ def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
     keeps the template's value and an entry of ``state`` the template has
     no place for is not used, each named in the report."""
     if state is None:  # an optional value that was unset when saved
-        if ctx.exact and _unwrap(template) is not None:
+        if ctx.check_only and _unwrap(template) is not None:
             raise mismatch(path, state, template)
         return None
-    if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)):
+    if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)) and not ctx.check_only:
         state = state.read()  # an array of a file is read when, and only if, the template asks for it
     if isinstance(template, Primary):
         template = template.value
@@ -171,19 +157,14 @@ def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
         state = state.value
     if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
         return _restore_per_process(template, state, path, ctx)
-    if isinstance(template, Resizable):
-        if isinstance(state, LazyArray):  # read here unless it fits as it is (see _restore_array)
-            fits = isinstance(template.value, jax.Array) and tuple(state.shape) == tuple(template.value.shape)
-            if fits:
-                return from_state_dict(template.value, state, path, ctx)
-            state = state.read()
+    if isinstance(template, Resizable):  # the file's rows cut or filled to the template's (read only then)
         return from_state_dict(template.value, _resize(template.value, state, path, ctx, template.announce), path, ctx)
     if builtin_types.is_key_array(template):
         return _restore_node(registry.lookup(builtin_types.KeyArray), template, state, path, ctx)
     if isinstance(template, (np.ndarray, np.generic, jax.Array)):
         return _restore_array(template, state, path, ctx)
     if template is None:
-        if ctx.exact:
+        if ctx.check_only:
             raise mismatch(path, state, template)
         return _untemplated(state, path, ctx)
     if isinstance(template, SCALARS):
@@ -240,12 +221,12 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
     if name != reg.name:
         shared = registry.transfer_fields(name, reg.name)
         if not ctx.lenient or shared is None:
+            why = f"file has {name}, template has {reg.name}"
             hint = (
                 f"; a load of the {sorted(shared)} of one into the other needs strict=False"
                 if shared is not None
                 else ""
             )
-            why = f"file has {name}, template has {reg.name}"
             return ctx.differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
     if not isinstance(version, int) or isinstance(version, bool):
         raise mismatch(path, state, template, "malformed schema version")
@@ -278,7 +259,8 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
         if s not in fields:  # optional or (non-strict) missing in the file, or not transferred
             restored[k] = _unwrap(template_fields[k])
         elif s in reg.free_fields:
-            restored[k] = _untemplated(fields[s], path + (s,), inner, to_jax=False)
+            if not ctx.check_only:  # whatever the file holds there is taken
+                restored[k] = _untemplated(fields[s], path + (s,), inner, to_jax=False)
         else:
             field_ctx = dataclasses.replace(inner, dtype_from_file=True) if s in reg.dtype_from_file else inner
             if s in reg.provisional:
@@ -287,6 +269,8 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
                 )
             else:
                 restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,), field_ctx)
+    if ctx.check_only:
+        return template
     if not ctx.lenient:
         return reg.from_state(template, restored)
     try:
@@ -303,38 +287,40 @@ _MAX_FIRST_STEPS = 8
 def _restore_provisional(next_step, template, value, state, path, ctx: LoadContext):
     """A provisional field (``Registration.provisional``) of ``template``
     restored from the file's ``state``: into the template's own ``value``
-    where ``state`` has its structure as stored (a trial load, exact: see
-    LoadContext); else into the value that the template's first steps give
-    the field, step by step, the first into which ``state`` loads so. None
-    does (a step no longer changes the structure, as JAX sees it, or cannot
-    be taken, or the steps ran out): restored into ``value`` as any field,
-    so that the load refuses (or, lenient, reports) the difference as it
-    does any other. The trials read only the file's value of the field."""
-    trial = ctx.trial()
-    try:
-        restored = from_state_dict(value, state, path, trial)
-    except TemplateMismatchError:
-        pass
-    else:
-        ctx.adopt(trial)
-        return restored
+    where ``state`` fits it as stored (checked by the walk itself, see
+    ``LoadContext.check_only``: nothing is read twice, nothing of the
+    template is stored); else into the value that the template's first
+    steps give the field, step by step, the first that ``state`` fits. None
+    (a step no longer changes the structure, as JAX sees it, or cannot be
+    taken, or the steps ran out): into ``value``, as any field, so that the
+    load refuses (or, lenient, reports) the difference as it does any
+    other."""
+    if _fits(value, state, path, ctx):
+        return from_state_dict(value, state, path, ctx)
     step = value
     for _ in range(_MAX_FIRST_STEPS):
-        trial = ctx.trial()
         try:
             before, step = step, next_step(template, step)
-            restored = from_state_dict(step, state, path, trial)
-        except TemplateMismatchError:
-            if _same_jax_structure(before, step):
-                break  # final: no later step takes the file's structure either
-            continue
+            fits = _fits(step, state, path, ctx)
         except (CorruptFileError, FileReadError):
             raise  # the file's bytes, whatever the template
-        except Exception:  # the template cannot take the step (or its value cannot be loaded): it stays as built
+        except Exception:  # the template cannot take the step (or cannot be checked): it stays as built
             break
-        ctx.adopt(trial)
-        return restored
+        if fits:
+            return from_state_dict(step, state, path, ctx)
+        if _same_jax_structure(before, step):
+            break  # final: no later step takes the file's structure either
     return from_state_dict(value, state, path, ctx)
+
+
+def _fits(template, state, path, ctx: LoadContext) -> bool:
+    """Whether ``state`` fits ``template`` as stored (a check of the walk,
+    see ``LoadContext.check_only``)."""
+    try:
+        from_state_dict(template, state, path, ctx.checking())
+    except TemplateMismatchError:
+        return False
+    return True
 
 
 def _same_jax_structure(a, b) -> bool:
@@ -377,6 +363,8 @@ def _restore_per_process(template, state, path, ctx: LoadContext):
     if not saved:
         raise mismatch(path, state, template, "no saved process values")
     value = from_state_dict(template, state.values[rank % saved], path, ctx)
+    if ctx.check_only:
+        return value
     if rank == 0 and jax.process_count() < saved:
         ctx.warn(
             f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
@@ -397,12 +385,16 @@ def _restore_per_process(template, state, path, ctx: LoadContext):
 
 def _resize(template, state, path, ctx: LoadContext, announce=True):
     """``state`` with its leading axis cut or filled to the template's length
-    (see placement.Resizable); unchanged if the shapes already agree."""
-    if not isinstance(state, np.ndarray) or not hasattr(template, "shape"):
+    (see placement.Resizable), read; unchanged if the shapes already agree.
+    In a check, the shape and dtype it would have (nothing is read)."""
+    if not isinstance(state, (np.ndarray, LazyArray)) or not hasattr(template, "shape"):
         return state
     t_shape = tuple(template.shape)
     if state.shape == t_shape or state.ndim == 0 or state.shape[1:] != t_shape[1:] or not state.shape[0]:
         return state
+    if ctx.check_only:
+        return jax.ShapeDtypeStruct(t_shape, state.dtype)
+    state = state.read() if isinstance(state, LazyArray) else state
     saved, wanted = state.shape[0], t_shape[0]
     if wanted < saved:
         how = f"keeps the first {wanted}"
@@ -416,10 +408,12 @@ def _resize(template, state, path, ctx: LoadContext, announce=True):
 def _restore_array(template, state, path, ctx: LoadContext):
     if isinstance(state, GlobalArray):  # from state_dict() in a multi-process run: this process's blocks
         state = device_arrays.LocalBlocks(state, path)
+    if ctx.check_only:
+        return _check_array(template, state, path)
     if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
         state = state.read()
     if not isinstance(state, (np.ndarray, LazyArray)):
-        if isinstance(state, SCALARS) and np.ndim(template) == 0 and not ctx.exact:
+        if isinstance(state, SCALARS) and np.ndim(template) == 0:
             state = np.asarray(state)  # a Python number where an array scalar is expected
             if state.dtype.kind != np.asarray(template).dtype.kind:
                 return ctx.differs(path, state, template)
@@ -428,7 +422,7 @@ def _restore_array(template, state, path, ctx: LoadContext):
             return ctx.differs(path, state, template, both=True)
     t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
     # files are little-endian; the template's byte order is a layout detail
-    if state.shape == t_shape and ctx.dtype_from_file and not ctx.exact and _precision_only(state.dtype, t_dtype):
+    if state.shape == t_shape and ctx.dtype_from_file and _precision_only(state.dtype, t_dtype):
         t_dtype = state.dtype  # the run changed it after the template was built
     if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
         return ctx.differs(path, state, template, both=True)
@@ -442,6 +436,19 @@ def _restore_array(template, state, path, ctx: LoadContext):
     return device_arrays.to_device(state, template)
 
 
+def _check_array(template, state, path):
+    """The template, where the file's ``state`` (read or not, or the shape
+    a resize gives it) has its shape and dtype exactly; else raises."""
+    fits = (
+        isinstance(state, (np.ndarray, LazyArray, jax.ShapeDtypeStruct))
+        and tuple(state.shape) == tuple(np.shape(template))
+        and np.dtype(state.dtype) == np.dtype(template.dtype).newbyteorder("<")
+    )
+    if not fits:
+        raise mismatch(path, state, template)
+    return template
+
+
 def _precision_only(a: np.dtype, b: np.dtype) -> bool:
     """Both floating point (or both complex), of different precision."""
     for kind in (jax.numpy.floating, jax.numpy.complexfloating):
@@ -451,8 +458,10 @@ def _precision_only(a: np.dtype, b: np.dtype) -> bool:
 
 
 def _restore_scalar(template, state, path, ctx: LoadContext):
-    if ctx.exact and type(state) is not type(template):
-        return ctx.differs(path, state, template)
+    if ctx.check_only:
+        if type(state) is not type(template):
+            raise mismatch(path, state, template)
+        return template
     if isinstance(state, np.ndarray) and state.ndim == 0:
         state = state.item()
     # bool is a subclass of int; keep the two apart, let int widen to float.

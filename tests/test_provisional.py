@@ -30,6 +30,7 @@ import builders
 from builders import assert_identical, assert_same_leaves, leaves, params_bytes
 from nkserde import registry
 from nkserde.errors import TemplateMismatchError
+from nkserde.format.reader import LazyArray
 from nkserde.placement import PerProcess, Resizable
 
 # --------------------------------------------------------------------------- the rule
@@ -180,6 +181,23 @@ def test_the_load_never_stores_the_template_again_to_compare(monitor_registered,
     assert loaded.measurements.keys() == {"norm"} and loaded.steps == 2
 
 
+def test_each_array_of_a_stepped_file_is_read_once(monitor_registered, tmp_path, monkeypatch):
+    """The checks that find the step read nothing: each stored array is
+    read once, by the load (a resumed optimizer state of a large model is
+    not read twice)."""
+    nkserde.save(Monitor.fresh().step().step(), tmp_path / "m.nks")
+    reads, read = [], LazyArray.read
+
+    def counted(self, *args, **kwargs):
+        reads.append(self.shape)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(LazyArray, "read", counted)
+    loaded = nkserde.load(Monitor.fresh(), tmp_path / "m.nks")
+    assert loaded.log_prob.dtype == np.float64 and monitor_registered  # the file took the steps
+    assert sorted(reads) == [(), (3,)]  # measurements/norm, log_prob
+
+
 def test_the_steps_end_where_the_structure_stops_changing(monitor_registered, tmp_path):
     """Other measurements: the first step fills the template's, the second
     changes nothing JAX sees, and no third step is taken."""
@@ -200,7 +218,7 @@ class Counter:
 
 
 def test_a_python_number_is_not_taken_for_the_array_a_step_makes(tmp_path):
-    """A trial converts nothing: the file's 0-d array does not fit the
+    """The check converts nothing: the file's 0-d array does not fit the
     template's float (a plain load would take it as one), the step's array
     does, and the loaded value is an array as in the run."""
     saved = registry.snapshot()
@@ -239,7 +257,7 @@ class Sampled:
 def test_a_provisional_state_of_other_chains_loads_with_one_warning(tmp_path):
     """The file has 4 chains and a real log_prob, the template 2 chains and
     a complex one: the reset's value takes the file, resized, and the
-    resize is announced once (a trial that is not used warns nothing)."""
+    resize is announced once (the checks before the load warn nothing)."""
     saved = registry.snapshot()
     try:
         nkserde.register(
