@@ -80,6 +80,14 @@ def monitor_registered():
     registry.restore(saved)
 
 
+@pytest.fixture
+def registry_restored():
+    """The registry put back as it was after a test that registers types."""
+    saved = registry.snapshot()
+    yield
+    registry.restore(saved)
+
+
 def test_a_stepped_state_loads_into_a_fresh_template(monitor_registered, tmp_path):
     stepped = Monitor.fresh().step().step()
     nkserde.save(stepped, tmp_path / "m.nks")
@@ -217,25 +225,21 @@ class Counter:
     nu: Any
 
 
-def test_a_python_number_is_not_taken_for_the_array_a_step_makes(tmp_path):
+def test_a_python_number_is_not_taken_for_the_array_a_step_makes(registry_restored, tmp_path):
     """The check converts nothing: the file's 0-d array does not fit the
     template's float (a plain load would take it as one), the step's array
     does, and the loaded value is an array as in the run."""
-    saved = registry.snapshot()
-    try:
-        nkserde.register(
-            Counter,
-            name="tests.provisional.Counter",
-            to_state=lambda c: {"nu": c.nu},
-            from_state=lambda t, f: Counter(f["nu"]),
-            fields=("nu",),
-            provisional={"nu": lambda template, value: np.asarray(value, dtype=np.float32)},
-        )
-        nkserde.save(Counter(np.asarray(2.5, dtype=np.float32)), tmp_path / "c.nks")
-        loaded = nkserde.load(Counter(0.0), tmp_path / "c.nks")
-        assert isinstance(loaded.nu, np.ndarray) and loaded.nu.dtype == np.float32 and loaded.nu == 2.5
-    finally:
-        registry.restore(saved)
+    nkserde.register(
+        Counter,
+        name="tests.provisional.Counter",
+        to_state=lambda c: {"nu": c.nu},
+        from_state=lambda t, f: Counter(f["nu"]),
+        fields=("nu",),
+        provisional={"nu": lambda template, value: np.asarray(value, dtype=np.float32)},
+    )
+    nkserde.save(Counter(np.asarray(2.5, dtype=np.float32)), tmp_path / "c.nks")
+    loaded = nkserde.load(Counter(0.0), tmp_path / "c.nks")
+    assert isinstance(loaded.nu, np.ndarray) and loaded.nu.dtype == np.float32 and loaded.nu == 2.5
 
 
 @dataclasses.dataclass
@@ -254,38 +258,34 @@ class Sampled:
     state: Chains
 
 
-def test_a_provisional_state_of_other_chains_loads_with_one_warning(tmp_path):
+def test_a_provisional_state_of_other_chains_loads_with_one_warning(registry_restored, tmp_path):
     """The file has 4 chains and a real log_prob, the template 2 chains and
     a complex one: the reset's value takes the file, resized, and the
     resize is announced once (the checks before the load warn nothing)."""
-    saved = registry.snapshot()
-    try:
-        nkserde.register(
-            Chains,
-            name="tests.provisional.Chains",
-            to_state=lambda c: {"chains": Resizable(c.chains), "log_prob": Resizable(c.log_prob, announce=False)},
-            from_state=lambda t, f: Chains(f["chains"], f["log_prob"]),
-            fields=("chains", "log_prob"),
-        )
-        nkserde.register(
-            Sampled,
-            name="tests.provisional.Sampled",
-            to_state=lambda s: {"state": s.state},
-            from_state=lambda t, f: Sampled(f["state"]),
-            fields=("state",),
-            provisional={"state": lambda template, value: Chains(value.chains, value.log_prob.real.copy())},
-        )
-        nkserde.save(Sampled(Chains(np.arange(4.0), np.arange(4.0) + 10)), tmp_path / "s.nks")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            loaded = nkserde.load(Sampled(Chains(np.zeros(2), np.zeros(2, complex))), tmp_path / "s.nks")
-        assert loaded.state.chains.tolist() == [0.0, 1.0] and loaded.state.log_prob.tolist() == [10.0, 11.0]
-        assert loaded.state.log_prob.dtype == np.float64
-        assert [str(w.message) for w in caught] == [
-            "nkserde: state/chains: the file has 4 chains, the template 2: the load keeps the first 2"
-        ]
-    finally:
-        registry.restore(saved)
+    nkserde.register(
+        Chains,
+        name="tests.provisional.Chains",
+        to_state=lambda c: {"chains": Resizable(c.chains), "log_prob": Resizable(c.log_prob, announce=False)},
+        from_state=lambda t, f: Chains(f["chains"], f["log_prob"]),
+        fields=("chains", "log_prob"),
+    )
+    nkserde.register(
+        Sampled,
+        name="tests.provisional.Sampled",
+        to_state=lambda s: {"state": s.state},
+        from_state=lambda t, f: Sampled(f["state"]),
+        fields=("state",),
+        provisional={"state": lambda template, value: Chains(value.chains, value.log_prob.real.copy())},
+    )
+    nkserde.save(Sampled(Chains(np.arange(4.0), np.arange(4.0) + 10)), tmp_path / "s.nks")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = nkserde.load(Sampled(Chains(np.zeros(2), np.zeros(2, complex))), tmp_path / "s.nks")
+    assert loaded.state.chains.tolist() == [0.0, 1.0] and loaded.state.log_prob.tolist() == [10.0, 11.0]
+    assert loaded.state.log_prob.dtype == np.float64
+    assert [str(w.message) for w in caught] == [
+        "nkserde: state/chains: the file has 4 chains, the template 2: the load keeps the first 2"
+    ]
 
 
 def test_provisional_fields_must_be_declared_fields():
