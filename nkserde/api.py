@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, partial_load, registry, tree
+from . import file_info, mismatch_hints, partial_load, registry, tree, tree_load
 from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat
 from .format.tree_codec import TYPE, VERSION
@@ -39,7 +39,7 @@ def state_dict(obj) -> object:
 def from_state_dict(template, state) -> object:
     """A new object shaped like ``template`` with every value from ``state``
     (as returned by :func:`state_dict`). The template is not mutated."""
-    return tree.from_state_dict(template, state)
+    return tree_load.from_state_dict(template, state)
 
 
 @functools.cache
@@ -197,7 +197,7 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
 
     ``path`` may also be a file NetKet wrote: a flax ``.mpack`` of a
     variational state or of its variables, or an nqxpack file or directory (see
-    ``nkserde/netket_files.py``), recognised by its content. Or a
+    ``nkserde/foreign_load.py``), recognised by its content. Or a
     checkpoint written by :class:`nkserde.Checkpoint`
     (the driver it holds is loaded), or a checkpoint directory: its newest
     checkpoint that verifies is loaded (a directory of ``checkpointed(...)``
@@ -210,9 +210,9 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
             raise NkserdeError(
                 f"{path}: at=, rename=, strict=False and report= apply to nkserde files; this is a file NetKet wrote"
             )
-        from . import netket_files
+        from . import foreign_load
 
-        return netket_files.load(template, path)
+        return foreign_load.load(template, path)
     with fileformat.LazyFile(path) as lazy:  # arrays are read as the template asks for them
         return _load_lazy(template, path, lazy, at=at, strict=strict, rename=rename, report=report)
 
@@ -230,111 +230,19 @@ def _load_lazy(template, path, lazy, *, at, strict, rename, report):
         state = state[checkpoint_file.DRIVER]
     log = partial_load.LoadReport(file=str(path), at=partial_load.format_path(where) if where else "", strict=strict)
     try:
-        obj = tree.rebuild(template, state, where, report=log)
+        obj = tree_load.from_state_dict(template, state, where, tree_load.LoadContext(report=log))
     except UnsupportedVersionError as exc:
         raise in_file(exc, path, written_by(header.get("meta"))) from None
     except (CorruptFileError, FileReadError):  # LoadLimitError is a CorruptFileError
         raise  # raised by the reader: names the file already
     except TemplateMismatchError as exc:
-        raise in_file(exc, path, _what_to_do(template, state, where, path) if strict else "") from None
+        raise in_file(exc, path, mismatch_hints.what_to_do(template, state, where, path) if strict else "") from None
     except NkserdeError as exc:
         raise in_file(exc, path) from None  # a lazy read's error names the file already
     if report:  # asked for: returned, not warned about
         return obj, log
     log.warn()
     return obj
-
-
-def _what_to_do(template, state, where, path) -> str:
-    """What a strict load that did not fit its template can do instead, to
-    end its message: load the part of the file that has the template's type
-    (``at=``), a template of the file's type, or what matches
-    (``strict=False``)."""
-    reg = registry.lookup(type(template))
-    stored = state.get(TYPE) if isinstance(state, dict) else None
-    if isinstance(stored, str) and (reg is None or registry.resolve(stored) != reg.name):
-        stored = registry.resolve(stored)
-        if reg is not None and registry.transfer_fields(stored, reg.name) is not None:
-            return ""  # the message names strict=False already (MCState <-> FullSumState)
-        wanted = reg.name if reg is not None else f"{type(template).__name__} like the template"
-        for transfer in (False, True):
-            places = _places_like(template, reg, state, transfer=transfer)
-            if places:
-                ats = [partial_load.format_path(where + p) for p in places]
-                holds = f"a {wanted}"
-                if transfer:  # e.g. an MCState where the template is a FullSumState
-                    node = functools.reduce(lambda n, k: n[k], places[0], state)
-                    kind = registry.resolve(node[TYPE])
-                    holds = f"a {kind} (strict=False loads its shared fields into a {wanted})"
-                return (
-                    f"; the file holds {holds} at " + " and ".join(f'"{at}"' for at in ats) + ": load that part "
-                    f'with nkserde.load(template, "{path}", at="{ats[0]}"' + (", strict=False)" if transfer else ")")
-                )
-        held = _held(template, reg, stored)
-        if held is not None:
-            return (
-                f"; the template's {reg.name} holds a {stored} at {held}: load the file into a {stored} "
-                f"template (the one you build the {reg.name} with)"
-            )
-        return f"; load it into a template of type {stored}, built as the saved object was"
-    return (
-        "; build the template as the saved object was built (the same model, sampler and sizes), or "
-        "load what matches with strict=False (each entry that differs keeps the template's value and is named "
-        "in the LoadReport)"
-    )
-
-
-def _places_like(template, reg, state, *, transfer: bool = False, limit: int = 3) -> list[tuple]:
-    """Paths inside ``state`` (the header's tree: nothing is read) of a
-    stored object of ``reg``'s type (``transfer``: of a type that
-    ``strict=False`` transfers into it), or without a registration, of a
-    plain map with the keys of the template's mapping: where ``at=`` would
-    load."""
-    keys = {str(k) for k in template} if reg is None and isinstance(template, dict) and not transfer else None
-    if reg is None and not keys:
-        return []
-
-    def fits(node: dict) -> bool:
-        stored = node.get(TYPE)
-        if reg is None:  # a plain map with the template's keys
-            return not isinstance(stored, str) and set(map(str, node)) == keys
-        if not isinstance(stored, str):
-            return False
-        if transfer:
-            return registry.transfer_fields(registry.resolve(stored), reg.name) is not None
-        return registry.resolve(stored) == reg.name
-
-    found, frontier = [], [((), state)]
-    for _ in range(8):  # breadth first, a few levels: the nearest places
-        deeper = []
-        for where, node in frontier:
-            items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-            for k, child in items:
-                if isinstance(child, dict) and fits(child):
-                    found.append(where + (k,))
-                    if len(found) == limit:
-                        return found
-                    continue
-                if isinstance(child, (dict, list)):
-                    deeper.append((where + (k,), child))
-        frontier = deeper
-    return found
-
-
-def _held(template, reg, stored: str) -> str | None:
-    """The field of the template's object that holds an object of the
-    stored type (a driver's ``state``), quoted, or None."""
-    if reg is None:
-        return None
-    try:
-        fields = reg.to_state(template)
-    except Exception:  # a registration that cannot describe this template: no hint
-        return None
-    for name, value in fields.items():
-        inner = registry.lookup(type(value))
-        if inner is not None and inner.name == stored:
-            return f'"{name}"'
-    return None
 
 
 def _netket_file(path: Path) -> bool:

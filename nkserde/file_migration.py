@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, file_info, registry, tree
+from . import api, file_info, migrations, registry, tree
 from .checkpoint_files import content as checkpoint_file
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
@@ -125,7 +125,7 @@ def _upgrade(node, path, kept=None):
     fields = tree_codec.fields_of(node)
     if reg is not None and isinstance(version, int) and not isinstance(version, bool):
         try:
-            fields = registry.upgrade(name, version, fields, reg.version, path)
+            fields = migrations.upgrade(name, version, fields, reg.version, path)
             version = reg.version
         except MigrationError:
             if kept is None:

@@ -1,5 +1,6 @@
 """The type registry: which types nkserde can store, under which name and
-schema version, and how old schema versions are upgraded.
+schema version, and the migrations registered for old schema versions
+(nkserde/migrations.py applies them).
 
 One extension point, :func:`register`::
 
@@ -21,9 +22,10 @@ Migrations upgrade a stored field dict one version at a time::
         return fields
 
 A migration that needs more than the stored fields takes a second argument,
-a :class:`MigrationContext`: the template being loaded into, and the
-objects enclosing it with the fields restored so far (a sampler state's
-migration finds the variational state's model and restored parameters)::
+a :class:`nkserde.migrations.MigrationContext`: the template being loaded
+into, and the objects enclosing it with the fields restored so far (a
+sampler state's migration finds the variational state's model and restored
+parameters)::
 
     @nkserde.migration("mylab.MyState", from_version=2)
     def _(fields, context):
@@ -31,19 +33,17 @@ migration finds the variational state's model and restored parameters)::
         return fields
 
 Besides exact types, *rules* register whole families of types on first sight
-(NamedTuples, typed JAX PRNG keys, NetKet pytrees): a rule is a function
-``type -> Registration | None``.
+(NamedTuples, NetKet pytrees): a rule is a function ``type -> Registration |
+None``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 import inspect
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping
 
-from .errors import MigrationError, UnregisteredTypeError, UnsupportedVersionError, format_path
+from .errors import UnregisteredTypeError
 
 ToState = Callable[[Any], Mapping[str, Any]]
 FromState = Callable[[Any, dict], Any]
@@ -112,62 +112,6 @@ class Registration:
     provisional: Mapping[str, Callable[[Any, Any], Any]] = dataclasses.field(default_factory=dict, hash=False)
 
 
-class Loading(NamedTuple):
-    """An object being loaded: its template and its fields restored so far."""
-
-    template: Any
-    restored: dict
-
-
-@dataclasses.dataclass(frozen=True)
-class MigrationContext:
-    """What a migration receives besides the stored fields.
-
-    Attributes:
-      name, from_version: the type and the version being upgraded.
-      path: where in the loaded object this value sits.
-      template: the object the fields will be loaded into, or None when a
-        file is migrated without a template (:func:`nkserde.migrate`).
-    """
-
-    name: str
-    from_version: int
-    path: tuple
-    template: Any
-    _enclosing: tuple = ()
-
-    def enclosing(self, cls: type) -> Loading | None:
-        """The nearest enclosing object being loaded whose template is a
-        ``cls``: its template and the fields already restored (fields are
-        restored in the order ``to_state`` returns them), or None."""
-        for loading in reversed(self._enclosing):
-            if isinstance(loading.template, cls):
-                return loading
-        return None
-
-    def needs(self, what: str) -> MigrationError:
-        """The error a migration raises when the context lacks ``what``."""
-        return MigrationError(
-            f"{format_path(self.path)}: upgrading {self.name} from schema version {self.from_version} needs {what}"
-        )
-
-
-# The objects whose fields are being restored, outermost first (tree.py
-# pushes one per registered object; migrations read it).
-_LOADING: contextvars.ContextVar[tuple] = contextvars.ContextVar("nkserde_loading", default=())
-
-
-@contextlib.contextmanager
-def loading(template, restored: dict):
-    """Marks ``template`` as being loaded, with ``restored`` (filled as its
-    fields are restored), for the migrations of the values inside it."""
-    token = _LOADING.set(_LOADING.get() + (Loading(template, restored),))
-    try:
-        yield
-    finally:
-        _LOADING.reset(token)
-
-
 @dataclasses.dataclass
 class _Tables:
     """Everything the registry knows, in one object, so that a snapshot
@@ -178,9 +122,7 @@ class _Tables:
     subclass_types: list[type] = dataclasses.field(default_factory=list)  # subclasses=True, newest first
     rules: list[Callable[[type], Registration | None]] = dataclasses.field(default_factory=list)
     aliases: dict[str, str] = dataclasses.field(default_factory=dict)  # an older name -> the registration's name
-    migrations: dict[tuple[str, int], Callable[[dict, MigrationContext], dict]] = dataclasses.field(
-        default_factory=dict
-    )
+    migrations: dict[tuple[str, int], Callable[[dict, Any], dict]] = dataclasses.field(default_factory=dict)
     transfers: dict[str, tuple[str, frozenset]] = dataclasses.field(default_factory=dict)  # name -> (family, fields)
     rule_cache: dict[type, Any] = dataclasses.field(default_factory=dict)
 
@@ -223,7 +165,7 @@ def register(
         raise ValueError(f"schema version must be an int >= 1, got {version!r}")
     if cls in _TABLES.by_type and not override:
         raise ValueError(
-            f"{cls.__module__}.{cls.__qualname__} is already registered as "
+            f"{module_path(cls)} is already registered as "
             f"{_TABLES.by_type[cls].name!r}; pass override=True to replace it"
         )
     other = _TABLES.by_name.get(name)
@@ -269,12 +211,6 @@ def _add_name(reg: Registration) -> None:
         _TABLES.aliases.setdefault(alias, reg.name)
 
 
-def add_builtin(reg: Registration) -> None:
-    """Makes a registration that is not tied to one Python type (e.g. JAX's
-    typed PRNG keys) known by name."""
-    _add_name(reg)
-
-
 def transferable(family: str, names, fields) -> None:
     """Declares the registrations ``names`` kinds of one ``family`` that
     share the fields ``fields`` (an MCState's and a FullSumState's
@@ -299,7 +235,7 @@ def migration(name: str, from_version: int, *, override: bool = False):
     """Decorator: ``fn(fields) -> fields`` or ``fn(fields, context) ->
     fields`` upgrades the stored fields of type ``name`` from
     ``from_version`` to ``from_version + 1``; ``context`` is a
-    :class:`MigrationContext`. ``fn`` may change ``fields`` in place. A
+    :class:`nkserde.migrations.MigrationContext`. ``fn`` may change ``fields`` in place. A
     second migration for the same step is refused unless ``override=True``."""
 
     def decorate(fn):
@@ -315,9 +251,22 @@ def migration(name: str, from_version: int, *, override: bool = False):
     return decorate
 
 
+def migration_step(name: str, from_version: int) -> Callable[[dict, Any], dict] | None:
+    """The migration of ``name`` from ``from_version``, as ``fn(fields,
+    context)``, or None."""
+    return _TABLES.migrations.get((name, from_version))
+
+
 def migrations() -> dict[tuple[str, int], Callable]:
     """Every registered migration, by (name, from_version)."""
     return dict(_TABLES.migrations)
+
+
+def module_path(cls: type) -> str:
+    """``module.QualName`` of a class: how messages name a type, and the
+    name a rule gives a type without a registration of its own (nkserde
+    0.1 wrote it too). Compared, never imported."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def lookup(cls: type) -> Registration | None:
@@ -372,28 +321,6 @@ def registrations() -> dict[str, Registration]:
     return dict(_TABLES.by_name)
 
 
-def upgrade(name: str, version: int, fields: dict, current: int, path=(), *, template=None) -> dict:
-    """Applies the migrations of ``name`` from ``version`` to ``current``;
-    ``template`` is the object the fields are being loaded into (None: no
-    template, as in :func:`nkserde.migrate`)."""
-    if version > current:
-        raise UnsupportedVersionError(
-            f"{format_path(path)}: {name} has schema version {version} in the file, "
-            f"newer than version {current} known to this nkserde; upgrade nkserde"
-        )
-    while version < current:
-        step = _TABLES.migrations.get((name, version))
-        if step is None:
-            raise UnsupportedVersionError(
-                f"{format_path(path)}: {name} schema version {version} in the file, "
-                f"current is {current}, and no migration from version {version} is registered"
-            )
-        context = MigrationContext(name, version, tuple(path), template, _LOADING.get())
-        fields = step(dict(fields), context)
-        version += 1
-    return fields
-
-
 class FieldNotStored(UnregisteredTypeError):
     """Raised by a ``to_state`` for a field it cannot store and must not drop
     (the walker adds the path); ``field``: its name."""
@@ -401,11 +328,3 @@ class FieldNotStored(UnregisteredTypeError):
     def __init__(self, field: str, message: str):
         super().__init__(message)
         self.field = field
-
-
-def unregistered(obj, path) -> UnregisteredTypeError:
-    cls = type(obj)
-    return UnregisteredTypeError(
-        f"{format_path(path)}: no nkserde registration for type "
-        f"{cls.__module__}.{cls.__qualname__}; register it with nkserde.register(...)"
-    )

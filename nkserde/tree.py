@@ -1,53 +1,29 @@
-"""Objects <-> nkserde state dicts.
+"""Objects -> nkserde state dicts: the walk of a save.
 
 A *state dict* is nested dicts and lists whose leaves are numpy arrays and
 Python scalars (``None``, bool, int, float, complex, str, bytes). A registered
 object becomes a dict ``{"@type": name, "@version": v, **fields}``.
 
-:func:`from_state_dict` walks the *template*, as flax does: the template
-decides the structure and the types, the state dict provides the numbers.
+The way back, state dicts -> objects, is tree_load.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 
-from ._warnings import outside
-from . import jax_internals, registry
+from . import builtin_types, registry
 from .format.layout import DTYPES, dtype_name
-from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
-from .format.reader import LazyArray, materialize
+from .errors import UnregisteredTypeError, format_path
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
-from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable, full_index
+from .placement import GlobalArray, PerProcess, Primary, Resizable, full_index
 
 
-# Set while restoring a registration's ``dtype_from_file`` fields.
-_DTYPE_FROM_FILE = contextvars.ContextVar("nkserde_dtype_from_file", default=False)
-_CHECK_ONLY = contextvars.ContextVar("nkserde_check_only", default=False)
-# The report of a non-strict load (None: strict, every difference raises).
-_REPORT: contextvars.ContextVar = contextvars.ContextVar("nkserde_report", default=None)
-_SCALARS = (bool, int, float, complex, str, bytes)
-
-
-@contextlib.contextmanager
-def _set(flag: contextvars.ContextVar):
-    token = flag.set(True)
-    try:
-        yield
-    finally:
-        flag.reset(token)
-
-
-def _is_key_array(x) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+SCALARS = (bool, int, float, complex, str, bytes)
 
 
 def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
@@ -75,10 +51,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
     of the first value nkserde does not know how to store. ``check_only``:
     only check that it can be stored (JAX arrays are not read: the result
     holds a ``jax.ShapeDtypeStruct`` of each in its place)."""
-    if check_only:
-        with _set(_CHECK_ONLY):
-            return to_state_dict(obj, path)
-    if obj is None or isinstance(obj, _SCALARS) and not isinstance(obj, np.generic):
+    if obj is None or isinstance(obj, SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
             tree_codec.check_text(obj, path, "string")
         return obj
@@ -89,28 +62,37 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         _check_dtype(obj.dtype, path)
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
-        if _is_key_array(obj):
-            return _node(KEY_REGISTRATION, obj, path)
+        if builtin_types.is_key_array(obj):
+            return _node(registry.lookup(builtin_types.KeyArray), obj, path, check_only)
         _check_dtype(obj.dtype, path)
-        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if _CHECK_ONLY.get() else _host_array(obj)
+        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if check_only else _host_array(obj)
     reg = registry.lookup(type(obj))
     if reg is not None:
-        return _node(reg, obj, path)
+        return _node(reg, obj, path, check_only)
     if isinstance(obj, PerProcess):
-        return PerProcess(to_state_dict(obj.value, path))
+        return PerProcess(to_state_dict(obj.value, path, check_only=check_only))
     if isinstance(obj, Primary):
-        return Primary(to_state_dict(obj.value, path))
+        return Primary(to_state_dict(obj.value, path, check_only=check_only))
     if isinstance(obj, Resizable):
-        return to_state_dict(obj.value, path)
+        return to_state_dict(obj.value, path, check_only=check_only)
     if isinstance(obj, Mapping):
         out, seen = {}, {}
         for k, v in obj.items():
             key = _new_key(k, seen, path)
-            out[key] = to_state_dict(v, path + (key,))
+            out[key] = to_state_dict(v, path + (key,), check_only=check_only)
         return out
     if type(obj) in (list, tuple):
-        return [to_state_dict(v, path + (i,)) for i, v in enumerate(obj)]
-    raise registry.unregistered(obj, path)
+        return [to_state_dict(v, path + (i,), check_only=check_only) for i, v in enumerate(obj)]
+    raise unregistered(obj, path)
+
+
+def unregistered(obj, path) -> UnregisteredTypeError:
+    """The error of a value, met at ``path`` of an object being saved or of
+    a template, whose type has no registration."""
+    return UnregisteredTypeError(
+        f"{format_path(path)}: no nkserde registration for type "
+        f"{registry.module_path(type(obj))}; register it with nkserde.register(...)"
+    )
 
 
 def _check_schema(reg: registry.Registration, fields, path) -> None:
@@ -126,7 +108,7 @@ def _check_schema(reg: registry.Registration, fields, path) -> None:
         )
 
 
-def _key(k, path) -> str:
+def stored_key(k, path) -> str:
     """The stored (string) form of dict key ``k``: a str as it is, an int as
     its decimal digits (the template's key gives the int back on load)."""
     if isinstance(k, bool) or not isinstance(k, (str, int)):
@@ -143,10 +125,10 @@ def _key(k, path) -> str:
 
 
 def _new_key(k, seen: dict, path) -> str:
-    """:func:`_key`, refusing a key whose stored form another key of the same
+    """:func:`stored_key`, refusing a key whose stored form another key of the same
     dict already has (``1`` and ``"1"``): one value would be lost on load.
     ``seen``: stored form -> key, of the dict's keys so far."""
-    key = _key(k, path)
+    key = stored_key(k, path)
     if key in seen:
         raise UnregisteredTypeError(
             f"{format_path(path)}: dict keys {seen[key]!r} and {k!r} are both stored as {key!r} "
@@ -165,7 +147,7 @@ def _check_dtype(dtype, path) -> None:
         )
 
 
-def _node(reg: registry.Registration, obj, path) -> dict:
+def _node(reg: registry.Registration, obj, path, check_only: bool) -> dict:
     try:
         fields = reg.to_state(obj)
     except registry.FieldNotStored as exc:
@@ -175,536 +157,5 @@ def _node(reg: registry.Registration, obj, path) -> dict:
     out, seen = {TYPE: reg.name, VERSION: reg.version}, {}
     for k, v in fields.items():
         key = _new_key(k, seen, path)
-        out[key] = to_state_dict(v, path + (key,))
+        out[key] = to_state_dict(v, path + (key,), check_only=check_only)
     return out
-
-
-# --------------------------------------------------------------------------- load
-
-
-def _describe(x) -> str:
-    if isinstance(x, dict) and TYPE in x:
-        return f"{x[TYPE]} (schema version {x.get(VERSION)})"
-    if isinstance(x, (np.ndarray, jax.Array, np.generic, LazyArray)):
-        return f"array {x.dtype}{list(x.shape)}"
-    if isinstance(x, Mapping):
-        return f"dict with keys {sorted(map(str, x))[:8]}"
-    if isinstance(x, (list, tuple)):
-        return f"{type(x).__name__} of length {len(x)}"
-    if x is None:
-        return "None"
-    return f"{type(x).__name__} {x!r}"[:80]
-
-
-def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
-    why = f" ({why})" if why else ""
-    return TemplateMismatchError(
-        f"{format_path(path)}: file has {_describe(found)}, template has {_describe(template)}{why}"
-    )
-
-
-def rebuild(template, state, path=(), *, report=None) -> Any:
-    """:func:`from_state_dict`, counting the values restored in ``report``
-    (a partial_load.LoadReport). With a non-strict report the load is
-    lenient: an entry missing in ``state``, or whose shape, dtype or type
-    differs, keeps the template's value and an entry of ``state`` the
-    template has no place for is not used, each named in the report,
-    instead of raising TemplateMismatchError."""
-    token = _REPORT.set(report)
-    try:
-        return from_state_dict(template, state, path)
-    finally:
-        _REPORT.reset(token)
-
-
-def _lenient() -> bool:
-    report = _REPORT.get()
-    return report is not None and not report.strict
-
-
-def _differs(path, state, template, why: str | None = None, error: Exception | None = None, *, both=False):
-    """Where the file's value does not fit the template: the template's
-    value, kept and named in the report, when the load is lenient; else
-    raises ``error`` (default: a TemplateMismatchError naming both)."""
-    if _lenient():
-        why = why or (f"file has {_describe(state)}" + (f", template has {_describe(template)}" if both else ""))
-        return _kept(path, "differs", template, why)
-    raise error if error is not None else mismatch(path, state, template)
-
-
-def _kept(path, kind, template, why=""):
-    """In a non-strict load, ``template`` kept at ``path`` (reported)."""
-    _REPORT.get().add(path, kind, why)
-    return template
-
-
-def _count():
-    report = _REPORT.get()
-    if report is not None:
-        report.restored += 1
-
-
-def from_state_dict(template, state, path=()) -> Any:
-    """A new object shaped like ``template`` holding the values of ``state``.
-    The template is not mutated."""
-    if state is None:  # an optional value that was unset when saved
-        return None
-    if isinstance(state, LazyArray) and not isinstance(template, (jax.Array, Resizable)):
-        state = state.read()  # an array of a file is read when, and only if, the template asks for it
-    if isinstance(template, Primary):
-        template = template.value
-    if isinstance(state, Primary):  # an in-memory state dict
-        state = state.value
-    if isinstance(template, PerProcess) or isinstance(state, (PerProcess, ProcessValues)):
-        return _restore_per_process(template, state, path)
-    if isinstance(template, Resizable):
-        if isinstance(state, LazyArray):  # read here unless it fits as it is (see _restore_array)
-            fits = isinstance(template.value, jax.Array) and tuple(state.shape) == tuple(template.value.shape)
-            if fits:
-                return from_state_dict(template.value, state, path)
-            state = state.read()
-        return from_state_dict(template.value, _resize(template.value, state, path, template.announce), path)
-    if isinstance(template, jax.Array) and _is_key_array(template):
-        return _restore_node(KEY_REGISTRATION, template, state, path)
-    if isinstance(template, (np.ndarray, np.generic, jax.Array)):
-        return _restore_array(template, state, path)
-    if template is None:
-        return _untemplated(state, path)
-    if isinstance(template, _SCALARS):
-        return _restore_scalar(template, state, path)
-    reg = registry.lookup(type(template))
-    if reg is not None:
-        return _restore_node(reg, template, state, path)
-    if isinstance(template, Mapping):
-        if not isinstance(state, dict) or TYPE in state:
-            return _differs(path, state, template)
-        keys = {_key(k, path): k for k in template}
-        _check_keys(path, state, keys, template)
-        restored = {
-            k: from_state_dict(template[k], state[s], path + (s,)) if s in state else _unwrap(template[k])
-            for s, k in keys.items()
-        }
-        return restored if type(template) is dict else type(template)(restored)
-    if type(template) in (list, tuple):
-        if not isinstance(state, list) or len(state) != len(template):
-            return _differs(path, state, template, both=True)
-        out = [from_state_dict(t, s, path + (i,)) for i, (t, s) in enumerate(zip(template, state))]
-        return out if type(template) is list else tuple(out)
-    raise registry.unregistered(template, path)
-
-
-def _check_keys(path, state, keys, template):
-    found = set(tree_codec.fields_of(state))
-    missing, extra = sorted(set(keys) - found), sorted(found - set(keys))
-    if _lenient():
-        for k in missing:
-            _kept(path + (k,), "missing", None)
-        for k in extra:
-            _kept(path + (k,), "unexpected", None)
-        return
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"missing in file: {missing}")
-        if extra:
-            parts.append(f"not in template: {extra}")
-        raise mismatch(path, state, template, "; ".join(parts))
-
-
-def _restore_node(reg: registry.Registration, template, state, path):
-    if not isinstance(state, dict) or not isinstance(state.get(TYPE), str):
-        raise mismatch(path, state, template, f"expected a stored {reg.name}")
-    name, version = registry.resolve(state[TYPE]), state.get(VERSION)
-    if not registry.known_name(name):
-        raise UnregisteredTypeError(
-            f"{format_path(path)}: the file holds type {name!r}, which has no registration here "
-            f"(the template expects {reg.name})"
-        )
-    shared = None  # a transfer between kinds: the fields it takes
-    if name != reg.name:
-        shared = registry.transfer_fields(name, reg.name)
-        if not _lenient() or shared is None:
-            hint = (
-                f"; a load of the {sorted(shared)} of one into the other needs strict=False"
-                if shared is not None
-                else ""
-            )
-            why = f"file has {name}, template has {reg.name}"
-            return _differs(path, state, template, why, TemplateMismatchError(f"{format_path(path)}: {why}{hint}"))
-    if not isinstance(version, int) or isinstance(version, bool):
-        raise mismatch(path, state, template, "malformed schema version")
-    fields = tree_codec.fields_of(state)
-    if version != (reg.version if shared is None else registry.lookup_name(name).version):
-        fields = materialize(fields)  # migrations see numpy arrays
-    if shared is not None:
-        fields = registry.upgrade(name, version, fields, registry.lookup_name(name).version, path)
-    else:
-        fields = registry.upgrade(name, version, fields, reg.version, path, template=template)
-    template_fields = reg.to_state(template)
-    keys = {_key(k, path): k for k in template_fields}
-    expected = {s: k for s, k in keys.items() if s in fields or s not in reg.optional_fields}
-    if shared is not None:  # another kind of the same family: take the shared fields only
-        why = f"{name} -> {reg.name}: transfers {', '.join(sorted(shared))} only"
-        for s in sorted(set(fields) - shared):
-            _kept(path + (s,), "unexpected", None, why)
-        for s in sorted(set(keys) - shared):
-            _kept(path + (s,), "missing", None, why)
-        fields = {s: v for s, v in fields.items() if s in shared}
-        expected = {s: k for s, k in keys.items() if s in shared}
-    # a field of some library versions only: absent on one side, it is the
-    # template's (absent in the file) or not used (absent in the template)
-    for s in reg.optional_fields:
-        if s in fields and s not in keys:
-            del fields[s]
-    _check_keys(path, fields, expected, template)
-    restored = {}
-    with registry.loading(template, restored):
-        for s, k in keys.items():
-            if s not in fields:  # optional or (non-strict) missing in the file, or not transferred
-                restored[k] = _unwrap(template_fields[k])
-            elif s in reg.free_fields:
-                restored[k] = _untemplated(fields[s], path + (s,), to_jax=False)
-            else:
-                value = template_fields[k]
-                if s in reg.provisional:
-                    value = _provisional(reg.provisional[s], template, value, fields[s])
-                with _set(_DTYPE_FROM_FILE) if s in reg.dtype_from_file else contextlib.nullcontext():
-                    restored[k] = from_state_dict(value, fields[s], path + (s,))
-    if not _lenient():
-        return reg.from_state(template, restored)
-    try:
-        return reg.from_state(template, restored)
-    except TemplateMismatchError as exc:
-        return _kept(path, "differs", template, str(exc))
-
-
-# At most this many steps of a template make a provisional field final
-# (optax 0.2.8: two, for prodigy and dadapt_adamw over mixed dtypes).
-_MAX_FIRST_STEPS = 8
-
-
-def _provisional(next_step, template, value, state):
-    """The template of a provisional field (``Registration.provisional``):
-    the template's own ``value`` where the file's ``state`` has its
-    structure; else the value that the template's first steps give the
-    field, step by step, the first that has the structure of ``state``.
-    None has it (a step no longer changes the structure, or cannot be
-    taken): ``value`` again, so that the load refuses the difference as it
-    refuses any other."""
-    try:
-        current = to_state_dict(value, check_only=True)
-    except UnregisteredTypeError:
-        return value  # not a state this check can describe: the load decides
-    if _conforms(current, state):
-        return value
-    step = value
-    for _ in range(_MAX_FIRST_STEPS):
-        try:
-            step = next_step(template, step)
-            after = to_state_dict(step, check_only=True)
-        except Exception:  # the template cannot take the step: it stays as built, and decides
-            return value
-        if _conforms(after, state):
-            return step
-        if _conforms(after, current):
-            return value  # final: no later step takes the file's structure either
-        current = after
-    return value
-
-
-_SHAPED = (np.ndarray, np.generic, LazyArray, GlobalArray, jax.ShapeDtypeStruct)
-
-
-def _plain(x):
-    """A state dict value without the layout markers of placement.py (of a
-    per-process value, this process's)."""
-    while isinstance(x, (PerProcess, Primary, ProcessValues)):
-        if isinstance(x, ProcessValues):
-            x = x.values[jax.process_index() % len(x.values)] if x.values else None
-        else:
-            x = x.value
-    return x
-
-
-def _conforms(template, state) -> bool:
-    """Whether ``state`` (of a file or a state dict) has the structure of
-    ``template`` (a template's state dict, from ``to_state_dict(...,
-    check_only=True)``): the same stored types, dict keys and list lengths,
-    arrays of the same shapes and dtypes, scalars of the same types. A
-    stored object of another schema version conforms (its migration
-    decides)."""
-    template, state = _plain(template), _plain(state)
-    if isinstance(template, _SHAPED) or isinstance(state, _SHAPED):
-        return (
-            isinstance(template, _SHAPED)
-            and isinstance(state, _SHAPED)
-            and tuple(np.shape(template)) == tuple(np.shape(state))
-            # files are little-endian; a template's byte order is a layout detail
-            and np.dtype(template.dtype).newbyteorder("<") == np.dtype(state.dtype).newbyteorder("<")
-        )
-    if isinstance(template, dict) and isinstance(state, dict):
-        if TYPE in template or TYPE in state:
-            if registry.resolve(str(template.get(TYPE))) != registry.resolve(str(state.get(TYPE))):
-                return False
-            if template.get(VERSION) != state.get(VERSION):
-                return True
-        return template.keys() == state.keys() and all(_conforms(template[k], state[k]) for k in template)
-    if isinstance(template, list) and isinstance(state, list):
-        return len(template) == len(state) and all(map(_conforms, template, state))
-    return type(template) is type(state)
-
-
-def _unwrap(value):
-    """A template's field value without the layout markers of placement.py."""
-    while isinstance(value, (Primary, PerProcess, Resizable)):
-        value = value.value
-    return value
-
-
-def _restore_per_process(template, state, path):
-    """This process's value of a per-process field (see placement.PerProcess)."""
-    derive = template.derive if isinstance(template, PerProcess) else None
-    template = template.value if isinstance(template, PerProcess) else template
-    if isinstance(state, PerProcess):  # an in-memory state dict: this process's own value
-        return from_state_dict(template, state.value, path)
-    if not isinstance(state, ProcessValues):  # saved before the field was per-process
-        return from_state_dict(template, state, path)
-    saved, rank = len(state.values), jax.process_index()
-    if not saved:
-        raise mismatch(path, state, template, "no saved process values")
-    value = from_state_dict(template, state.values[rank % saved], path)
-    if rank == 0 and jax.process_count() < saved:
-        warnings.warn(
-            f"nkserde: {format_path(path)}: saved by {saved} processes, loaded by "
-            f"{jax.process_count()}: the values of processes {jax.process_count()}.."
-            f"{saved - 1} are not used",
-            stacklevel=outside(),
-        )
-    copy = rank // saved
-    if copy:
-        if derive is None:
-            warnings.warn(
-                f"nkserde: {format_path(path)}: process {rank} reuses the saved value of "
-                f"process {rank % saved} unchanged (saved by {saved} processes)",
-                stacklevel=outside(),
-            )
-        else:
-            value = derive(value, copy)
-    return value
-
-
-def _resize(template, state, path, announce=True):
-    """``state`` with its leading axis cut or filled to the template's length
-    (see placement.Resizable); unchanged if the shapes already agree."""
-    if not isinstance(state, np.ndarray) or not hasattr(template, "shape"):
-        return state
-    t_shape = tuple(template.shape)
-    if state.shape == t_shape or state.ndim == 0 or state.shape[1:] != t_shape[1:] or not state.shape[0]:
-        return state
-    saved, wanted = state.shape[0], t_shape[0]
-    if wanted < saved:
-        how = f"keeps the first {wanted}"
-    else:
-        how = f"keeps all {saved} and fills {wanted - saved} by repeating them"
-    if announce:
-        warnings.warn(
-            f"nkserde: {format_path(path)}: the file has {saved} chains, the template {wanted}: the load {how}",
-            stacklevel=outside(),
-        )
-    return state[np.arange(wanted) % saved]
-
-
-def _restore_array(template, state, path):
-    if isinstance(state, GlobalArray):  # from state_dict() in a multi-process run: this process's blocks
-        state = _LocalBlocks(state, path)
-    if isinstance(state, LazyArray) and (not isinstance(template, jax.Array) or template.is_fully_addressable):
-        state = state.read()
-    if not isinstance(state, (np.ndarray, LazyArray)):
-        if isinstance(state, _SCALARS) and np.ndim(template) == 0:
-            state = np.asarray(state)  # a Python number where an array scalar is expected
-            if state.dtype.kind != np.asarray(template).dtype.kind:
-                return _differs(path, state, template)
-            state = state.astype(template.dtype)
-        else:
-            return _differs(path, state, template, both=True)
-    t_shape, t_dtype = tuple(np.shape(template)), np.dtype(template.dtype)
-    # files are little-endian; the template's byte order is a layout detail
-    if state.shape == t_shape and _DTYPE_FROM_FILE.get() and _precision_only(state.dtype, t_dtype):
-        t_dtype = state.dtype  # the run changed it after the template was built
-    if state.shape != t_shape or state.dtype != t_dtype.newbyteorder("<"):
-        return _differs(path, state, template, both=True)
-    _count()
-    if state.dtype != t_dtype:
-        state = materialize(state).astype(t_dtype)
-    if isinstance(template, np.ndarray):
-        return state
-    if isinstance(template, np.generic):
-        return state[()]
-    return to_device(state, template)
-
-
-class _LocalBlocks(LazyArray):
-    """A GlobalArray that ``state_dict`` returned (this process's blocks of
-    an array spread over processes), read like an array of a file: each
-    process reads the blocks of its own shards, which must be among its
-    blocks (the template has the layout of the run that took the state
-    dict; another layout needs a file)."""
-
-    def __init__(self, array: GlobalArray, path):
-        self.shape, self.dtype = tuple(array.shape), np.dtype(array.dtype)
-        self.dtype_name = dtype_name(self.dtype)
-        self._blocks, self._path = array.blocks, path
-
-    def read(self, index=None) -> np.ndarray:
-        if index is None:
-            index = tuple(slice(0, n) for n in self.shape)
-        index = tuple(index) + tuple(slice(0, n) for n in self.shape[len(tuple(index)) :])
-        wanted = [(i.start or 0, n if i.stop is None else i.stop) for i, n in zip(index, self.shape)]
-        for start, block in self._blocks:
-            stop = [s + n for s, n in zip(start, block.shape)]
-            if all(s <= a and b <= e for (a, b), s, e in zip(wanted, start, stop)):
-                return np.asarray(block)[tuple(slice(a - s, b - s) for (a, b), s in zip(wanted, start))]
-        raise TemplateMismatchError(
-            f"{format_path(self._path)}: this process holds no block of {wanted} of the state dict's array "
-            f"{self.dtype}{list(self.shape)} spread over processes: a template of another layout loads it "
-            "from a file (nkserde.save, then nkserde.load)"
-        )
-
-    def __repr__(self):
-        return f"GlobalArray({self.dtype}{list(self.shape)}, this process's blocks)"
-
-
-def _precision_only(a: np.dtype, b: np.dtype) -> bool:
-    """Both floating point (or both complex), of different precision."""
-    for kind in (jax.numpy.floating, jax.numpy.complexfloating):
-        if jax.numpy.issubdtype(a, kind) and jax.numpy.issubdtype(b, kind):
-            return True
-    return False
-
-
-def to_device(array: np.ndarray, template: jax.Array) -> jax.Array:
-    """A JAX array with ``template``'s sharding (and weak type) holding
-    ``array``. Aliases the numpy buffer when it is suitably aligned."""
-    sharding = template.sharding
-    if template.is_fully_addressable:
-        out = jax.device_put(materialize(array), sharding, may_alias=True)
-    elif isinstance(array, LazyArray):  # each process reads the blocks of its own shards only
-        out = jax.make_array_from_callback(array.shape, sharding, array.read)
-    else:
-        out = jax.make_array_from_callback(array.shape, sharding, lambda idx: array[idx])
-    if getattr(template, "weak_type", False):
-        out = _weak(out)
-    return out
-
-
-def _weak(x):
-    # Weak typing changes dtype promotion (a weak f64 scalar times an f32
-    # array stays f32): restore it so a resumed run computes the same dtypes.
-    return jax_internals.weak_typed(x)
-
-
-def _restore_scalar(template, state, path):
-    if isinstance(state, np.ndarray) and state.ndim == 0:
-        state = state.item()
-    # bool is a subclass of int; keep the two apart, let int widen to float.
-    kinds = (bool, int, float, complex, str, bytes)
-    t_kind = next(k for k in kinds if isinstance(template, k))
-    s_kind = next((k for k in kinds if isinstance(state, k)), None)
-    if s_kind is t_kind or (t_kind is float and s_kind is int) or (t_kind is complex and s_kind in (int, float)):
-        _count()
-        try:
-            return type(template)(state)  # keeps IntFlag, str subclasses...
-        except (TypeError, ValueError):
-            return t_kind(state)
-    return _differs(path, state, template)
-
-
-def _untemplated(state, path, to_jax=True):
-    """A value rebuilt from the file alone: where the template holds None
-    (e.g. a momentum buffer created at the first step; arrays become JAX
-    arrays) or for a registration's free fields (arrays stay numpy).
-    Registered objects need a template."""
-    if isinstance(state, LazyArray):
-        state = state.read()
-    if isinstance(state, ProcessValues):
-        return _untemplated(state.values[jax.process_index() % len(state.values)], path, to_jax)
-    if isinstance(state, dict):
-        if TYPE in state:
-            return _build_node(state, path, to_jax)
-        return {k: _untemplated(v, path + (k,), to_jax) for k, v in state.items()}
-    if isinstance(state, list):
-        return [_untemplated(v, path + (i,), to_jax) for i, v in enumerate(state)]
-    if isinstance(state, np.ndarray) and to_jax:
-        return jax.device_put(state, _replicated(), may_alias=True)
-    return state
-
-
-def _build_node(state, path, to_jax):
-    """A stored object where the template holds None: only for types whose
-    registration can rebuild them from their fields alone (``from_fields``),
-    at their current schema version."""
-    reg = registry.lookup_name(state[TYPE]) if isinstance(state[TYPE], str) else None
-    version = state.get(VERSION)
-    if reg is None or reg.from_fields is None or not isinstance(version, int):
-        raise mismatch(path, state, None, "a stored object needs a template object to load into")
-    fields = tree_codec.fields_of(state)
-    fields = registry.upgrade(reg.name, version, fields, reg.version, path)
-    return reg.from_fields({k: _untemplated(v, path + (k,), to_jax) for k, v in fields.items()})
-
-
-def _replicated():
-    """Replicated over the global mesh when one is set (NetKet sets one), so
-    a value rebuilt without a template is laid out like the template's
-    parameters and jitted code is not recompiled for it; else the default."""
-    mesh = jax_internals.concrete_mesh()
-    if mesh is None:
-        return None
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-
-
-# --------------------------------------------------------------------------- built-in types
-
-
-def _key_to_state(key):
-    return {"impl": str(jax.random.key_impl(key)), "data": jax.random.key_data(key)}
-
-
-def _key_from_state(template, fields):
-    impl = str(jax.random.key_impl(template))
-    # The file's impl is compared, never used to pick code.
-    if fields["impl"] != impl:
-        raise TemplateMismatchError(f"PRNG key implementation {fields['impl']!r} in file, {impl!r} in template")
-    return jax.random.wrap_key_data(fields["data"], impl=jax.random.key_impl(template))
-
-
-KEY_REGISTRATION = registry.Registration(
-    "jax.random.key",
-    1,
-    _key_to_state,
-    _key_from_state,
-    fields=("impl", "data"),
-    doc=(
-        "`impl`: str, PRNG implementation (compared with the template's, never used to choose "
-        "code); `data`: uint32 key data"
-    ),
-)
-registry.add_builtin(KEY_REGISTRATION)
-
-
-def _namedtuple_rule(cls):
-    if not (issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_asdict")):
-        return None
-    top = cls.__module__.split(".")[0]
-    # optax moves its state classes between private modules; its public
-    # namespace is stable, so name optax states by it.
-    name = f"optax.{cls.__qualname__}" if top == "optax" else f"{cls.__module__}.{cls.__qualname__}"
-    return registry.Registration(
-        name,
-        1,
-        lambda t: t._asdict(),
-        lambda template, f: type(template)(**f),
-        doc="NamedTuple: one entry per field, in the tuple's own field names",
-    )
-
-
-registry.add_rule(_namedtuple_rule)

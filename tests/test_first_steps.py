@@ -49,7 +49,7 @@ import pytest
 
 import nkserde
 from builders import assert_same_leaves, leaves
-from nkserde import registry, tree
+from nkserde import registry, tree_load as tree
 from nkserde.errors import TemplateMismatchError
 from nkserde.netket.optimizers import after_one_update
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
+from typing import Any
 
 import jax
 import netket as nk
@@ -28,7 +30,8 @@ import builders
 from builders import assert_identical, assert_same_leaves, leaves, params_bytes
 from nkserde import registry
 from nkserde.errors import TemplateMismatchError
-from nkserde.placement import PerProcess
+from nkserde.format.reader import LazyArray
+from nkserde.placement import PerProcess, Resizable
 
 # --------------------------------------------------------------------------- the rule
 
@@ -74,6 +77,14 @@ def monitor_registered():
         provisional={"measurements": next_step("measurements"), "log_prob": next_step("log_prob")},
     )
     yield calls
+    registry.restore(saved)
+
+
+@pytest.fixture
+def registry_restored():
+    """The registry put back as it was after a test that registers types."""
+    saved = registry.snapshot()
+    yield
     registry.restore(saved)
 
 
@@ -163,6 +174,118 @@ def test_a_lenient_load_takes_the_stepped_structure(monitor_registered, tmp_path
     loaded, report = nkserde.load(Monitor.fresh(), tmp_path / "m.nks", strict=False, report=True)
     assert loaded.measurements.keys() == {"norm"} and loaded.log_prob.dtype == np.float64
     assert not report.entries, report
+
+
+def test_the_load_never_stores_the_template_again_to_compare(monitor_registered, tmp_path, monkeypatch):
+    """Whether the file fits a provisional field is told by loading it:
+    nothing of the template (or of its steps) goes through the save walk."""
+    nkserde.save(Monitor.fresh().step().step(), tmp_path / "m.nks")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the load stored a value of the template")
+
+    monkeypatch.setattr(nkserde.tree, "to_state_dict", refuse)
+    loaded = nkserde.load(Monitor.fresh(), tmp_path / "m.nks")
+    assert loaded.measurements.keys() == {"norm"} and loaded.steps == 2
+
+
+def test_each_array_of_a_stepped_file_is_read_once(monitor_registered, tmp_path, monkeypatch):
+    """The checks that find the step read nothing: each stored array is
+    read once, by the load (a resumed optimizer state of a large model is
+    not read twice)."""
+    nkserde.save(Monitor.fresh().step().step(), tmp_path / "m.nks")
+    reads, read = [], LazyArray.read
+
+    def counted(self, *args, **kwargs):
+        reads.append(self.shape)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(LazyArray, "read", counted)
+    loaded = nkserde.load(Monitor.fresh(), tmp_path / "m.nks")
+    assert loaded.log_prob.dtype == np.float64 and monitor_registered  # the file took the steps
+    assert sorted(reads) == [(), (3,)]  # measurements/norm, log_prob
+
+
+def test_the_steps_end_where_the_structure_stops_changing(monitor_registered, tmp_path):
+    """Other measurements: the first step fills the template's, the second
+    changes nothing JAX sees, and no third step is taken."""
+    other = Monitor.fresh().step()
+    other.measurements = {"other": np.float64(1.0)}
+    nkserde.save(other, tmp_path / "m.nks")
+    with pytest.raises(TemplateMismatchError, match="measurements: file has dict with keys"):
+        nkserde.load(Monitor.fresh(), tmp_path / "m.nks")
+    assert monitor_registered == ["measurements", "measurements"]
+
+
+@dataclasses.dataclass
+class Counter:
+    """``nu`` is a Python float until the first step makes it an array (as
+    optax 0.2.2's novograd does)."""
+
+    nu: Any
+
+
+def test_a_python_number_is_not_taken_for_the_array_a_step_makes(registry_restored, tmp_path):
+    """The check converts nothing: the file's 0-d array does not fit the
+    template's float (a plain load would take it as one), the step's array
+    does, and the loaded value is an array as in the run."""
+    nkserde.register(
+        Counter,
+        name="tests.provisional.Counter",
+        to_state=lambda c: {"nu": c.nu},
+        from_state=lambda t, f: Counter(f["nu"]),
+        fields=("nu",),
+        provisional={"nu": lambda template, value: np.asarray(value, dtype=np.float32)},
+    )
+    nkserde.save(Counter(np.asarray(2.5, dtype=np.float32)), tmp_path / "c.nks")
+    loaded = nkserde.load(Counter(0.0), tmp_path / "c.nks")
+    assert isinstance(loaded.nu, np.ndarray) and loaded.nu.dtype == np.float32 and loaded.nu == 2.5
+
+
+@dataclasses.dataclass
+class Chains:
+    """A sampler state: ``log_prob`` complex until the first reset, one row
+    per chain (resized on load, with a warning)."""
+
+    chains: np.ndarray
+    log_prob: np.ndarray
+
+
+@dataclasses.dataclass
+class Sampled:
+    """What holds a provisional :class:`Chains` (an MCState)."""
+
+    state: Chains
+
+
+def test_a_provisional_state_of_other_chains_loads_with_one_warning(registry_restored, tmp_path):
+    """The file has 4 chains and a real log_prob, the template 2 chains and
+    a complex one: the reset's value takes the file, resized, and the
+    resize is announced once (the checks before the load warn nothing)."""
+    nkserde.register(
+        Chains,
+        name="tests.provisional.Chains",
+        to_state=lambda c: {"chains": Resizable(c.chains), "log_prob": Resizable(c.log_prob, announce=False)},
+        from_state=lambda t, f: Chains(f["chains"], f["log_prob"]),
+        fields=("chains", "log_prob"),
+    )
+    nkserde.register(
+        Sampled,
+        name="tests.provisional.Sampled",
+        to_state=lambda s: {"state": s.state},
+        from_state=lambda t, f: Sampled(f["state"]),
+        fields=("state",),
+        provisional={"state": lambda template, value: Chains(value.chains, value.log_prob.real.copy())},
+    )
+    nkserde.save(Sampled(Chains(np.arange(4.0), np.arange(4.0) + 10)), tmp_path / "s.nks")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = nkserde.load(Sampled(Chains(np.zeros(2), np.zeros(2, complex))), tmp_path / "s.nks")
+    assert loaded.state.chains.tolist() == [0.0, 1.0] and loaded.state.log_prob.tolist() == [10.0, 11.0]
+    assert loaded.state.log_prob.dtype == np.float64
+    assert [str(w.message) for w in caught] == [
+        "nkserde: state/chains: the file has 4 chains, the template 2: the load keeps the first 2"
+    ]
 
 
 def test_provisional_fields_must_be_declared_fields():

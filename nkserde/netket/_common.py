@@ -92,12 +92,6 @@ def register_attributes(
     )
 
 
-def module_path(cls) -> str:
-    """``module.QualName`` of a class: the name nkserde 0.1 wrote for types
-    without a registration of their own (compared, never imported)."""
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def attributes(fields):
     """``to_state`` of a record stored as its attributes ``fields``."""
     return lambda obj: {f: getattr(obj, f) for f in fields}
@@ -147,7 +141,7 @@ def refusing_to_drop_run_state(cls, stored: tuple, dropped: tuple):
             if kind is not None:
                 raise registry.FieldNotStored(
                     name,
-                    f"{cls.__module__}.{cls.__qualname__}.{name} holds {kind}, which NetKet does not serialize "
+                    f"{registry.module_path(cls)}.{name} holds {kind}, which NetKet does not serialize "
                     "and nkserde has no registration for: a resumed run would not continue exactly. Register "
                     "the class (nkserde.register, docs/schema.md) to store it",
                 )

@@ -23,7 +23,8 @@ from netket.utils.struct import Pytree
 
 from .. import registry
 from . import internals
-from ._common import find, module_path, refusing_to_drop_run_state, register_attributes
+from ..registry import module_path
+from ._common import find, refusing_to_drop_run_state, register_attributes
 
 _CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22
 

@@ -24,7 +24,8 @@ from netket.utils.struct import Pytree
 
 from .. import registry
 from . import internals
-from ._common import attributes, find, module_path, refusing_to_drop_run_state, replace_record
+from ..registry import module_path
+from ._common import attributes, find, refusing_to_drop_run_state, replace_record
 
 
 def _register_record(cls, name, fields: tuple, *, doc, from_fields=None, old_name=None, from_state=replace_record):

@@ -1,4 +1,5 @@
-"""Files NetKet itself writes, loaded into nkserde templates.
+"""Files NetKet itself writes (foreign to nkserde's format: ``format/foreign.py``
+tells them apart and reads their bytes), loaded into nkserde templates.
 
 NetKet users hold years of them:
 
@@ -37,7 +38,7 @@ import jax
 import netket as nk
 import numpy as np
 
-from . import tree
+from . import device_arrays, tree_load
 from .netket import internals
 from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
 from .format import foreign, limits
@@ -111,7 +112,7 @@ def _variables(template_variables, file_variables):
     shardings (mismatches name their path)."""
     template_variables = dict(template_variables)
     file_variables = _lists(file_variables, template_variables)
-    out = tree.from_state_dict(template_variables, _np(file_variables), ("variables",))
+    out = tree_load.from_state_dict(template_variables, _np(file_variables), ("variables",))
     _no_null_where_the_template_has_a_value(template_variables, out, ("variables",))
     return out
 
@@ -211,11 +212,13 @@ def _sampler_state(vs, stored):
                 f"sampler_state/{key}: file has array {value.dtype}{list(value.shape)}, template has "
                 f"{np.asarray(want).dtype}{list(np.shape(want))}"
             )
-        restored[key] = tree.to_device(value, want) if isinstance(want, jax.Array) else value
+        restored[key] = device_arrays.to_device(value, want) if isinstance(want, jax.Array) else value
     new = serialization.from_state_dict(template, restored)
     if getattr(new, "log_prob", None) is not None:
         chains = np.asarray(new.σ)
         log_psi = jax.jit(internals.log_psi_function(vs))(vs.variables, chains.reshape(-1, chains.shape[-1]))
         log_prob = vs.sampler.machine_pow * np.asarray(log_psi).real.reshape(chains.shape[:-1])
-        new = new.replace(log_prob=tree.to_device(log_prob.astype(np.asarray(new.log_prob).dtype), new.log_prob))
+        new = new.replace(
+            log_prob=device_arrays.to_device(log_prob.astype(np.asarray(new.log_prob).dtype), new.log_prob)
+        )
     return new
