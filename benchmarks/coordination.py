@@ -46,7 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nkserde.coordination import Group, SimulatedStore, StopFlag, simulate  # noqa: E402
+from nkserde.processes.coordination import Group, SimulatedStore, StopFlag, simulate  # noqa: E402
 from nkserde.format.writer import write_file_together  # noqa: E402
 from nkserde.placement import GlobalArray, PerProcess  # noqa: E402
 
