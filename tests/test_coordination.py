@@ -11,8 +11,9 @@ import threading
 import numpy as np
 import pytest
 
+from simulated_store import SimulatedStore, simulate
 from nkserde import api
-from nkserde.processes.coordination import Group, SimulatedStore, StopFlag, simulate
+from nkserde.processes.coordination import Group, StopFlag
 from nkserde.errors import DistributedSaveError, PeerLostError, ProcessMismatchError
 from nkserde.format.writer import write_file_together
 from nkserde.placement import GlobalArray, PerProcess
