@@ -160,8 +160,8 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wa
     flat_a = {p: v for p, v in flat_a.items() if p not in left_out}
     flat_b = {p: v for p, v in flat_b.items() if p not in left_out}
     result = {
-        "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept(k) for k in ka]},
-        "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept(k) for k in kb]},
+        "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept_version_entry(k) for k in ka]},
+        "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept_version_entry(k) for k in kb]},
         "only_in_a": [p for p in flat_a if p not in flat_b],
         "only_in_b": [p for p in flat_b if p not in flat_a],
         "changed_layout": [],
@@ -216,6 +216,8 @@ def _layout(x) -> dict:
     return {"dtype": type(x).__name__, "shape": None}
 
 
-def _kept(k) -> dict:
+def _kept_version_entry(k) -> dict:
+    """An object left at its stored schema version, ``(path, type name,
+    version)``, as ``kept_versions`` lists it."""
     path, name, version = k
     return {"path": format_path(path), "type": name, "schema_version": version}
