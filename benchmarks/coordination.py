@@ -10,7 +10,7 @@ beside the new one (rounds through process 0, a non-blocking stop flag).
 The new protocol is nkserde's own code (``coordination.Group``,
 ``coordination.StopFlag``, ``format.writer.write_file_together``) run by P
 threads, one per simulated process, against
-``coordination.SimulatedStore``: an in-process key-value store with a
+``SimulatedStore`` (tests/simulated_store.py): an in-process key-value store with a
 virtual clock. Each request costs its process one round trip (``--rtt-us``)
 and the coordinator ``--service-us`` of serial work (plus 1 ns per byte);
 local work adds the thread's CPU time. The modelled time is the slowest
@@ -44,9 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# the checkout, and tests/ for the simulated store (test scaffolding, not
+# in the package; fuzz/harness.py imports from tests/ the same way)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from nkserde.coordination import Group, SimulatedStore, StopFlag, simulate  # noqa: E402
+from nkserde.processes.coordination import Group, StopFlag  # noqa: E402
+from simulated_store import SimulatedStore, simulate  # noqa: E402
 from nkserde.format.writer import write_file_together  # noqa: E402
 from nkserde.placement import GlobalArray, PerProcess  # noqa: E402
 

@@ -51,7 +51,8 @@ import optax  # noqa: E402
 
 import nkserde  # noqa: E402
 from _environment import DEFAULT_PARENT, environment, parent_directory  # noqa: E402
-from nkserde import api, directory  # noqa: E402
+from nkserde import api  # noqa: E402
+from nkserde.checkpoint_files import directory  # noqa: E402
 from nkserde.format import drain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

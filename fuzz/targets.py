@@ -122,7 +122,7 @@ def resolve_histories(path: Path, data: bytes, scratch: Path) -> None:
     """What a resume reads of logger histories: a history log (by its magic)
     under the seed checkpoint, which is resolved against it and verified;
     any other input resolved as a checkpoint beside the seed history log."""
-    from nkserde import directory
+    from nkserde.checkpoint_files import directory
     from nkserde.checkpoint import histories
     from nkserde.format import history_log
 

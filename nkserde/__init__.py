@@ -31,9 +31,7 @@ them and registers NetKet's types, as ``import nkserde`` did before.
 import importlib
 import importlib.util
 
-from . import _moved, errors
-
-_moved.install()  # the old import paths of moved internals (CHANGELOG)
+from . import errors
 
 __version__ = "0.1.0"
 __all__ = [

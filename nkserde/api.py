@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, mismatch_hints, partial_load, registry, tree, tree_load
+from . import file_info, mismatch_hints, nested, partial_load, registry, tree, tree_load
 from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat
 from .format.tree_codec import TYPE, VERSION
@@ -64,20 +64,21 @@ def _library_versions() -> dict:
     }
 
 
-def _types(state, found: dict) -> dict:
-    if isinstance(state, (PerProcess, Primary)):
-        return _types(state.value, found)
-    if isinstance(state, dict):
-        if isinstance(state.get(TYPE), str):
-            version = state.get(VERSION)
+def _types(state) -> dict:
+    """``{type name: schema version}`` of the stored objects in ``state``, in
+    tree order (a type met again keeps its first place, its last version)."""
+    found = {}
+    for _, node in nested.walk(state, _through_placement):
+        if isinstance(node, dict) and isinstance(node.get(TYPE), str):
+            version = node.get(VERSION)
             # a file being migrated may hold anything there (an array): the metadata keeps ints
-            found[state[TYPE]] = version if type(version) is int else None
-        for v in state.values():
-            _types(v, found)
-    elif isinstance(state, list):
-        for v in state:
-            _types(v, found)
+            found[node[TYPE]] = version if type(version) is int else None
     return found
+
+
+def _through_placement(node):
+    # a per-process value and process 0's record hold their object
+    return ((None, node.value),) if isinstance(node, (PerProcess, Primary)) else nested.entries(node)
 
 
 def _root_type(state, fallback: str) -> str:
@@ -93,7 +94,7 @@ def new_meta(state, root_type: str) -> dict:
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "process_count": jax.process_count(),
         "root_type": _root_type(state, root_type),
-        "types": _types(state, {}),
+        "types": _types(state),
     }
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from . import format as fileformat
+from . import nested
 from .errors import format_path
 from .format import foreign, limits
 from .format.tree_codec import TYPE, VERSION, outline as tree_codec_outline
@@ -169,14 +170,8 @@ def netket_contents(path) -> tuple[dict, list[dict], list]:
     state = foreign.read_netket_state(path, limits.current().max_load_bytes)
     entries, arrays = [], []
 
-    def walk(node, where):
-        if isinstance(node, dict) and node:
-            for k, v in node.items():
-                walk(v, where + (k,))
-        elif isinstance(node, list) and node and any(isinstance(v, (dict, list, np.ndarray)) for v in node):
-            for i, v in enumerate(node):
-                walk(v, where + (i,))
-        elif isinstance(node, np.ndarray):
+    for where, node in nested.leaves(state, _netket_entries):
+        if isinstance(node, np.ndarray):
             arrays.append(node)
             entries.append(
                 {
@@ -191,6 +186,11 @@ def netket_contents(path) -> tuple[dict, list[dict], list]:
         else:
             value = node.item() if isinstance(node, np.generic) else node
             entries.append({"kind": "value", "path": format_path(where), "value": jsonable(value)})
-
-    walk(state, ())
     return {"kind": kind, "holds": foreign.holds(state)}, entries, arrays
+
+
+def _netket_entries(node):
+    # a list of scalars (a shape, a list of names) is one value
+    if isinstance(node, list) and not any(isinstance(v, (dict, list, np.ndarray)) for v in node):
+        return ()
+    return nested.entries(node)

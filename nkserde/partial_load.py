@@ -13,6 +13,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Mapping
 
+from . import nested
 from ._warnings import outside
 from .format import tree_codec
 from .errors import NkserdeError, NoSuchPathError, format_path  # noqa: F401 (format_path: api)
@@ -143,16 +144,17 @@ def select(state, at, file="") -> tuple[object, tuple]:
     return node, parts
 
 
-def _flatten(node, path: tuple, out: dict, lists: set) -> None:
-    if isinstance(node, dict) and node:
-        for k, v in node.items():
-            _flatten(v, path + (str(k),), out, lists)
-    elif isinstance(node, list) and node:
-        lists.add(path)
-        for i, v in enumerate(node):
-            _flatten(v, path + (str(i),), out, lists)
-    else:  # a leaf: an array, a scalar, an empty container, per-process values
-        out[path] = node
+def _flatten(state) -> tuple[dict, set]:
+    """``{path: leaf}`` of ``state`` (a leaf: an array, a scalar, an empty
+    container, per-process values; paths of strings, as :func:`split`
+    gives them) and the paths of its non-empty lists."""
+    flat = dict(nested.leaves(state, _named_entries))
+    lists = {path for path, node in nested.walk(state, _named_entries) if isinstance(node, list) and node}
+    return flat, lists
+
+
+def _named_entries(node):
+    return ((str(key), child) for key, child in nested.entries(node))
 
 
 def _rebuild(flat: dict, lists: set, file):
@@ -209,9 +211,7 @@ def apply_renames(state, rename, file="") -> tuple[object, dict]:
     if rename is None:
         return state, {}
     fn = renamer(rename)
-    flat: dict = {}
-    lists: set = set()
-    _flatten(state, (), flat, lists)
+    flat, lists = _flatten(state)
     moved, out = {}, {}
     for path, value in flat.items():
         if path and path[-1] in tree_codec.MARKERS:  # markers move with their object

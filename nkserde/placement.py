@@ -27,6 +27,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import nested
+
 
 def full_index(index, shape) -> tuple[slice, ...]:
     """``index`` (a tuple of slices, as a JAX shard's ``index``; None: all)
@@ -120,18 +122,18 @@ class Resizable:
 def map_arrays(fn, state):
     """``state`` with ``fn`` applied to every numpy array in it, including the
     blocks of global arrays and the values of per-process fields."""
-    if isinstance(state, dict):
-        return {k: map_arrays(fn, v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [map_arrays(fn, v) for v in state]
-    if isinstance(state, np.ndarray):
-        return fn(state)
-    if isinstance(state, GlobalArray):
-        return GlobalArray(state.shape, state.dtype, tuple((s, fn(b)) for s, b in state.blocks))
-    if isinstance(state, PerProcess):
-        return PerProcess(map_arrays(fn, state.value), state.derive)
-    if isinstance(state, Primary):
-        return Primary(map_arrays(fn, state.value))
-    if isinstance(state, ProcessValues):
-        return ProcessValues([map_arrays(fn, v) for v in state.values])
-    return state
+
+    def leaf(node):
+        if isinstance(node, np.ndarray):
+            return fn(node)
+        if isinstance(node, GlobalArray):
+            return GlobalArray(node.shape, node.dtype, tuple((s, fn(b)) for s, b in node.blocks))
+        if isinstance(node, PerProcess):
+            return PerProcess(map_arrays(fn, node.value), node.derive)
+        if isinstance(node, Primary):
+            return Primary(map_arrays(fn, node.value))
+        if isinstance(node, ProcessValues):
+            return ProcessValues([map_arrays(fn, v) for v in node.values])
+        return node
+
+    return nested.map_leaves(leaf, state)

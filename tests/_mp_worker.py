@@ -309,20 +309,20 @@ class CountRequests(nk.callbacks.AbstractCallback):
         self.totals = []
 
     def on_step_end(self, step, log_data, driver):
-        self.totals.append(nkserde.distributed.counts().total)
+        self.totals.append(nkserde.processes.jax_service.counts().total)
 
 
 def count_requests(steps, every):
     """A checkpointed VMC of ``steps`` steps saving every ``every`` (in the
     run's thread); rank-<r>.npz: the request totals before the run, after
     each step and after the run, and the bytes sent and received."""
-    import nkserde.distributed
+    import nkserde.processes.jax_service
 
-    before = nkserde.distributed.counts().total
+    before = nkserde.processes.jax_service.counts().total
     driver = nkserde.checkpointed(vmc(), workdir / "ckpt", every=every, async_save=False)
     probe = CountRequests()
     driver.run(steps, callback=[probe], show_progress=False)
-    after = nkserde.distributed.counts()
+    after = nkserde.processes.jax_service.counts()
     np.savez(
         workdir / f"rank-{rank}.npz",
         before=before,

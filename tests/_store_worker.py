@@ -1,4 +1,4 @@
-"""One process of tests/test_jax_store.py: what nkserde.distributed.JaxStore
+"""One process of tests/test_jax_store.py: what nkserde.processes.jax_service.JaxStore
 relies on of JAX's coordination service (errors of an existing key, a
 missing key, timeouts; dir_get and delete of a prefix). Needs JAX and
 nkserde only, so it runs under every NetKet CI installs.
@@ -25,8 +25,8 @@ jax.distributed.initialize(
     coordinator_address=f"127.0.0.1:{port}", num_processes=n_processes, process_id=rank, initialization_timeout=120
 )
 
-from nkserde.coordination import KeyExists, StoreTimeout  # noqa: E402
-from nkserde.distributed import JaxStore  # noqa: E402
+from nkserde.processes.coordination import KeyExists, StoreTimeout  # noqa: E402
+from nkserde.processes.jax_service import JaxStore  # noqa: E402
 from nkserde.jax_internals import distributed_client  # noqa: E402
 
 

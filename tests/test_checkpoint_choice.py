@@ -7,7 +7,7 @@ import pytest
 import nkserde
 from nkserde.checkpoint import fingerprint
 from nkserde.checkpoint.choice import choose_checkpoint
-from nkserde.directory import RunDirectory
+from nkserde.checkpoint_files.directory import RunDirectory
 from nkserde.errors import NkserdeError, RunMismatchError
 
 RUN = {"fingerprint_version": str(fingerprint.VERSION), "driver": "VMC", "n_samples": "512"}

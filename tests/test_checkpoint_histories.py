@@ -18,7 +18,8 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde import api, checkpoint_file, directory
+from nkserde import api
+from nkserde.checkpoint_files import content, directory
 from nkserde.checkpoint import histories
 from nkserde.cli import listing
 from nkserde.errors import CorruptFileError, FileWriteError, LoadLimitError, UnsupportedVersionError
@@ -80,7 +81,7 @@ def assert_each_step_once(log, reference, n_steps=N_STEPS):
 
 
 def position(path):
-    return checkpoint_file.history_position(nkserde.load_state_dict(path))
+    return content.history_position(nkserde.load_state_dict(path))
 
 
 def damage(path, offset):
@@ -274,9 +275,9 @@ def _raw(data: bytes) -> history_log.Record:
 def test_the_checkpoint_holds_stubs_and_the_log_position(tmp_path):
     run(tmp_path, 4)
     state = nkserde.load_state_dict(tmp_path / "step-0000000004.nks")
-    assert state["layout"] == checkpoint_file.LAYOUT_VERSION == 2
+    assert state["layout"] == content.LAYOUT_VERSION == 2
     stub = state["loggers"]["RuntimeLog#0"]
-    assert stub["@type"] == checkpoint_file.LOGGER_HISTORY and stub["@version"] == 1
+    assert stub["@type"] == content.LOGGER_HISTORY and stub["@version"] == 1
     assert stub["logger"] == {"@type": "netket.logging.RuntimeLog", "@version": 1, "last_step": 3}
     energy = next(s for s in stub["series"] if s["path"] == ["Energy"])
     assert energy["rows"] == 4 and set(energy["columns"]) >= {"iters", "Mean", "Sigma"}

@@ -361,7 +361,7 @@ def test_sigkill_in_the_middle_of_a_history_append(runner, reference, tmp_path):
     new log from that position and ends as the uninterrupted run (the
     JsonLog's .log value for value)."""
     import nkserde
-    from nkserde import directory
+    from nkserde.checkpoint_files import directory
 
     ref = reference("vmc")
     k = 4

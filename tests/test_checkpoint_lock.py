@@ -1,4 +1,4 @@
-"""nkserde.directory.DirectoryLock: one run per directory; stale locks taken over."""
+"""nkserde.checkpoint_files.directory.DirectoryLock: one run per directory; stale locks taken over."""
 
 import os
 import socket
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from nkserde.directory import DirectoryLock
+from nkserde.checkpoint_files.directory import DirectoryLock
 from nkserde.errors import NkserdeError
 
 

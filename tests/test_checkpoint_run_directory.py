@@ -1,11 +1,11 @@
-"""nkserde.directory.RunDirectory: one run's files."""
+"""nkserde.checkpoint_files.directory.RunDirectory: one run's files."""
 
 import numpy as np
 import pytest
 
 import nkserde
 from nkserde.checkpoint.retention import Retention
-from nkserde.directory import RunDirectory
+from nkserde.checkpoint_files.directory import RunDirectory
 from nkserde.errors import FileReadError
 
 

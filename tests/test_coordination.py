@@ -1,4 +1,4 @@
-"""The coordination protocols (nkserde.coordination) with hundreds of
+"""The coordination protocols (nkserde.processes.coordination) with hundreds of
 simulated processes: threads against an in-process key-value store with a
 modelled round trip. The same code runs over JAX's coordination service in
 tests/test_distributed.py (real processes, P <= 8); here P goes to 1024,
@@ -11,8 +11,9 @@ import threading
 import numpy as np
 import pytest
 
+from simulated_store import SimulatedStore, simulate
 from nkserde import api
-from nkserde.coordination import Group, SimulatedStore, StopFlag, simulate
+from nkserde.processes.coordination import Group, StopFlag
 from nkserde.errors import DistributedSaveError, PeerLostError, ProcessMismatchError
 from nkserde.format.writer import write_file_together
 from nkserde.placement import GlobalArray, PerProcess

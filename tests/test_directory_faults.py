@@ -204,18 +204,18 @@ def test_retention_that_cannot_delete_says_so_apart_from_the_write(tmp_path, ref
     published, then retention deletes step 2): the warning names the
     deletion, never the write that succeeded."""
     directory = tmp_path / "ckpt"
-    original = nkserde.directory.Path.unlink
+    original = nkserde.checkpoint_files.directory.Path.unlink
 
     def unlink(self, *args, **kwargs):
         if self.name == "step-0000000002.nks":
             raise OSError(30, "Read-only file system", str(self))
         return original(self, *args, **kwargs)
 
-    nkserde.directory.Path.unlink = unlink
+    nkserde.checkpoint_files.directory.Path.unlink = unlink
     try:
         said = run_warned(directory, every=1, keep=2)
     finally:
-        nkserde.directory.Path.unlink = original
+        nkserde.checkpoint_files.directory.Path.unlink = original
     text = "\n".join(said)
     assert "deleting step-0000000002.nks (retention) failed: Read-only file system; it stays on disk" in text, text
     assert "writing" not in text, text

@@ -197,7 +197,7 @@ def test_checkpointed_run_killed_resumes_exactly(runs, cache, tmp_path):
     assert int(result["resumed_from"]) == 2
     # the JsonLog's rows went to one history log, appended by process 0 alone
     # (two writers would have broken its chain): one record per checkpoint
-    from nkserde import directory
+    from nkserde.checkpoint_files import directory
 
     run = tmp_path / "ckpt" / "run-0"
     assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh"]
@@ -263,7 +263,7 @@ def test_each_process_reads_its_own_blocks(cache, tmp_path):
 # tests/test_coordination.py counts the same protocol to 1024
 @pytest.mark.parametrize("n", [2, 8])
 def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cache, tmp_path, n):
-    """Counted by every process (nkserde.distributed.counts): a step
+    """Counted by every process (nkserde.processes.jax_service.counts): a step
     without a checkpoint is one request per process (the stop flag's
     non-blocking read, made by a thread while the step runs), a save two
     rounds through process 0 (3 requests each on every other process; on
@@ -329,7 +329,7 @@ def test_a_peer_killed_between_checkpoints_ends_the_others_and_the_rerun_resumes
     assert int(result["resumed_from"]) == 2
     # the JsonLog's rows went to one history log, appended by process 0 alone
     # (two writers would have broken its chain): one record per checkpoint
-    from nkserde import directory
+    from nkserde.checkpoint_files import directory
 
     run = tmp_path / "ckpt" / "run-0"
     assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh"]

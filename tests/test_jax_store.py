@@ -1,4 +1,4 @@
-"""What nkserde.distributed.JaxStore relies on of JAX's coordination
+"""What nkserde.processes.jax_service.JaxStore relies on of JAX's coordination
 service, with 2 real processes: in the version tests, so it runs under the
 oldest and newest JAX that CI installs (the service's errors are matched
 by their status names)."""

@@ -251,7 +251,7 @@ def test_the_number_of_entries_is_bounded(monkeypatch):
 
 
 def test_a_damaged_run_fingerprint_is_a_clear_error(tmp_path):
-    from nkserde.directory import RunDirectory
+    from nkserde.checkpoint_files.directory import RunDirectory
 
     files = RunDirectory(tmp_path)
     for text, error, match in (

@@ -63,23 +63,6 @@ def test_checkpointed_shows_the_options_it_passes_to_checkpoint():
     assert all(shown[k] == p for k, p in options.items())
 
 
-# Internal modules that moved: (old import path, new one). Users' scripts and
-# tools may import the old paths; they stay the same module objects.
-MOVED = [
-    ("nkserde.directory", "nkserde.checkpoint_files.directory"),
-    ("nkserde.checkpoint_file", "nkserde.checkpoint_files.content"),
-    ("nkserde.coordination", "nkserde.processes.coordination"),
-    ("nkserde.distributed", "nkserde.processes.jax_service"),
-]
-
-
-@pytest.mark.parametrize("old, new", MOVED)
-def test_a_moved_module_keeps_its_old_import_path(old, new):
-    import importlib
-
-    assert importlib.import_module(old) is importlib.import_module(new)
-
-
 def test_the_checkpoint_packages_header_modules_import_without_netket():
     code = (
         "import sys, nkserde.checkpoint_files.directory, nkserde.checkpoint_files.content\n"

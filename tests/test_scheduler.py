@@ -19,7 +19,7 @@ import nkserde
 from nkserde.checkpoint import scheduler, slurm
 from nkserde.checkpoint.scheduler import WALLTIME, JobControl
 from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
-from nkserde.directory import DirectoryLock
+from nkserde.checkpoint_files.directory import DirectoryLock
 
 # ------------------------------------------------------------ SLURM's words
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import api
+from .. import api, nested
 from ..checkpoint_files import content as checkpoint_file, directory
 from ..errors import format_path
 from ..file_migration import current_state_dict
@@ -34,23 +34,17 @@ def _read(path: Path, kept: list):
     return path, state
 
 
-def flatten(state, path=(), out=None) -> dict:
+def flatten(state) -> dict:
     """``{"a/b/c": leaf}`` of a state dict: numpy arrays and scalars; a
     per-process value's processes as ``.../process-<r>/...``; an empty map
     or list as itself."""
-    out = {} if out is None else out
-    if isinstance(state, ProcessValues):
-        for r, v in enumerate(state.values):
-            flatten(v, path + (f"process-{r}",), out)
-    elif isinstance(state, dict) and state:
-        for k, v in state.items():
-            flatten(v, path + (k,), out)
-    elif isinstance(state, list) and state:
-        for i, v in enumerate(state):
-            flatten(v, path + (i,), out)
-    else:
-        out[format_path(path)] = state
-    return out
+    return {format_path(path): leaf for path, leaf in nested.leaves(state, _each_process)}
+
+
+def _each_process(node):
+    if isinstance(node, ProcessValues):
+        return ((f"process-{r}", v) for r, v in enumerate(node.values))
+    return nested.entries(node)
 
 
 # Logged series that are not state: NetKet's driver logs time.perf_counter()
@@ -59,24 +53,16 @@ def flatten(state, path=(), out=None) -> dict:
 WALL_CLOCK_SERIES = ("wallclock",)
 
 
-def wall_clock_series(state, path=()) -> list[str]:
+def wall_clock_series(state) -> list[str]:
     """The paths of the logger history entries (``.../history/<i>``) of the
-    wall-clock series in ``state``."""
+    wall-clock series in ``state``, in tree order."""
     found = []
-    if isinstance(state, ProcessValues):
-        for r, v in enumerate(state.values):
-            found += wall_clock_series(v, path + (f"process-{r}",))
-    elif isinstance(state, dict):
-        for k, v in state.items():
-            if k == "history" and isinstance(v, list):
-                for i, entry in enumerate(v):
-                    logged = entry.get("path") if isinstance(entry, dict) else None
-                    if isinstance(logged, list) and logged and logged[-1] in WALL_CLOCK_SERIES:
-                        found.append(format_path(path + (k, i)))
-            found += wall_clock_series(v, path + (k,))
-    elif isinstance(state, list):
-        for i, v in enumerate(state):
-            found += wall_clock_series(v, path + (i,))
+    for path, node in nested.walk(state, _each_process):
+        history = node.get("history") if isinstance(node, dict) else None
+        for i, entry in enumerate(history if isinstance(history, list) else ()):
+            logged = entry.get("path") if isinstance(entry, dict) else None
+            if isinstance(logged, list) and logged and logged[-1] in WALL_CLOCK_SERIES:
+                found.append(format_path(path + ("history", i)))
     return found
 
 
@@ -174,8 +160,8 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wa
     flat_a = {p: v for p, v in flat_a.items() if p not in left_out}
     flat_b = {p: v for p, v in flat_b.items() if p not in left_out}
     result = {
-        "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept(k) for k in ka]},
-        "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept(k) for k in kb]},
+        "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept_version_entry(k) for k in ka]},
+        "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept_version_entry(k) for k in kb]},
         "only_in_a": [p for p in flat_a if p not in flat_b],
         "only_in_b": [p for p in flat_b if p not in flat_a],
         "changed_layout": [],
@@ -230,6 +216,8 @@ def _layout(x) -> dict:
     return {"dtype": type(x).__name__, "shape": None}
 
 
-def _kept(k) -> dict:
+def _kept_version_entry(k) -> dict:
+    """An object left at its stored schema version, ``(path, type name,
+    version)``, as ``kept_versions`` lists it."""
     path, name, version = k
     return {"path": format_path(path), "type": name, "schema_version": version}

@@ -12,10 +12,12 @@ nkserde.format.together's."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 from typing import NamedTuple
 
 import msgpack
 
+from .. import nested
 from ..errors import ProcessMismatchError, format_path
 from . import tree_codec
 
@@ -40,28 +42,37 @@ def agreed_digest(agreed) -> bytes:
     return hashlib.sha256(msgpack.packb(agreed, use_bin_type=True)).digest()[:16]
 
 
+def _marker(node, key: str) -> bool:
+    return isinstance(node, dict) and set(node) == {key}
+
+
+def _per_process_or_primary(node) -> bool:
+    """A per-process value or process 0's record: where the processes'
+    encoded trees may differ."""
+    return _marker(node, tree_codec.PER_PROCESS) or _marker(node, tree_codec.PRIMARY)
+
+
 def strip_per_process(tree):
     """The tree with per-process subtrees reduced to their structure and
     process 0's records removed: what must be identical on every process."""
-    if isinstance(tree, dict):
-        if set(tree) == {tree_codec.PRIMARY}:
+
+    def strip(node):
+        if _marker(node, tree_codec.PRIMARY):
             return {tree_codec.PRIMARY: None}
-        if set(tree) == {tree_codec.PER_PROCESS}:
-            return {tree_codec.PER_PROCESS: _structure(tree[tree_codec.PER_PROCESS][0])}
-        return {k: strip_per_process(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [strip_per_process(v) for v in tree]
-    return tree
+        if _marker(node, tree_codec.PER_PROCESS):
+            return {tree_codec.PER_PROCESS: _structure(node[tree_codec.PER_PROCESS][0])}
+        return node
+
+    return nested.map_leaves(strip, tree, is_leaf=_per_process_or_primary)
 
 
 def _structure(tree):
-    if isinstance(tree, dict):
-        if set(tree) in ({tree_codec.STACKED}, {tree_codec.ARRAY}):
-            return tree
-        return {k: _structure(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_structure(v) for v in tree]
-    return type(tree).__name__
+    """Array references kept, any other leaf as its type's name."""
+    return nested.map_leaves(
+        lambda node: node if isinstance(node, dict) else type(node).__name__,
+        tree,
+        is_leaf=lambda node: _marker(node, tree_codec.STACKED) or _marker(node, tree_codec.ARRAY),
+    )
 
 
 def first_difference(a, b, path=()):
@@ -86,40 +97,34 @@ def first_difference(a, b, path=()):
     return None if a == b else (path, a, b)
 
 
-def per_process_values(tree, out=None) -> list:
+def per_process_values(tree) -> list:
     """This process's per-process subtrees, in the tree's order."""
-    out = [] if out is None else out
-    if isinstance(tree, dict):
-        if set(tree) == {tree_codec.PER_PROCESS}:
-            out.append(tree[tree_codec.PER_PROCESS][0])
-        elif set(tree) != {tree_codec.PRIMARY}:
-            for v in tree.values():
-                per_process_values(v, out)
-    elif isinstance(tree, list):
-        for v in tree:
-            per_process_values(v, out)
-    return out
+    return [
+        node[tree_codec.PER_PROCESS][0]
+        for _, node in nested.leaves(tree, _outside_per_process_or_primary)
+        if _marker(node, tree_codec.PER_PROCESS)
+    ]
+
+
+def _outside_per_process_or_primary(node):
+    return () if _per_process_or_primary(node) else nested.entries(node)
 
 
 def merge_per_process(tree, per_process: list[list]):
     """Process 0's tree with each per-process subtree replaced by the list
     of every process's (``per_process[r]``: process r's, in tree order),
     and process 0's records in place."""
-    position = iter(range(10**12))
+    position = itertools.count()
 
     def merge(node):
-        if isinstance(node, dict):
-            if set(node) == {tree_codec.PRIMARY}:
-                return node[tree_codec.PRIMARY]
-            if set(node) == {tree_codec.PER_PROCESS}:
-                k = next(position)
-                return {tree_codec.PER_PROCESS: [values[k] for values in per_process]}
-            return {key: merge(v) for key, v in node.items()}
-        if isinstance(node, list):
-            return [merge(v) for v in node]
+        if _marker(node, tree_codec.PRIMARY):
+            return node[tree_codec.PRIMARY]
+        if _marker(node, tree_codec.PER_PROCESS):
+            k = next(position)
+            return {tree_codec.PER_PROCESS: [values[k] for values in per_process]}
         return node
 
-    return merge(tree)
+    return nested.map_leaves(merge, tree, is_leaf=_per_process_or_primary)
 
 
 def name_difference(path, agreed: dict, paths: list, rank: int, detail: bytes):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import nested
 from ..errors import UnregisteredTypeError, format_path
 from ..placement import GlobalArray, PerProcess, Primary, ProcessValues
 
@@ -167,16 +168,14 @@ def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> di
         if paths is not None:
             paths.append(path)
 
-    def restack(node):
-        if isinstance(node, dict):
-            if len(node) == 1 and ARRAY in node:
-                return {STACKED: first + node[ARRAY]}
-            return {k: restack(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [restack(v) for v in node]
-        return node
+    def as_row(node):  # an array of one process's subtree: its row of the stacked one
+        return {STACKED: first + node[ARRAY]} if _is_array(node) else node
 
-    return {PER_PROCESS: [restack(sub) for sub, _ in encoded]}
+    return {PER_PROCESS: [nested.map_leaves(as_row, sub, _is_array) for sub, _ in encoded]}
+
+
+def _is_array(node) -> bool:
+    return isinstance(node, dict) and len(node) == 1 and ARRAY in node
 
 
 def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> None:

@@ -29,7 +29,8 @@ _KINDS = {  # class: (name, doc)
 }
 
 
-def _nothing(obj) -> dict:
+def _no_fields(obj) -> dict:
+    # the file records the kind alone; a load keeps the template's object
     return {}
 
 
@@ -42,7 +43,7 @@ for _cls, (_name, _doc) in _KINDS.items():
         _cls,
         name=_name,
         version=1,
-        to_state=_nothing,
+        to_state=_no_fields,
         from_state=_the_template,
         fields=(),
         subclasses=True,
