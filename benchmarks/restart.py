@@ -20,7 +20,7 @@ and reports where its time goes:
 ``cold``: no compilation cache anywhere. ``cache``: both processes call
 ``nkserde.compilation_cache(DIR)`` at their top (the documented line), so
 the resumed one finds what the first compiled, the template's build
-included, and NetKet's numba kernels (nkserde.numba_cache). The
+included, and NetKet's numba kernels (nkserde.caches.numba_kernels). The
 ``restart`` row is everything but the import and one warm step (build +
 fingerprint + load + first step - warm step): what the issue's goal
 divides by four. The fingerprint is counted once, as a resume pays it

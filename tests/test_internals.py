@@ -14,7 +14,7 @@ import nkserde
 
 PACKAGE = Path(nkserde.__file__).parent
 # Where private names of NetKet and JAX may be written
-INTERNALS = {"netket/internals.py", "jax_internals.py", "numba_cache.py"}
+INTERNALS = {"netket/internals.py", "jax_internals.py", "caches/numba_kernels.py"}
 REGISTRATIONS = {
     f"netket/{m}.py"
     for m in ("_common", "callbacks", "configuration", "drivers", "dynamics", "loggers", "optimizers", "pytrees")
@@ -70,7 +70,7 @@ def test_private_names_of_netket_and_jax_are_used_only_in_the_internals_modules_
         if name in INTERNALS or name in REGISTRATIONS:
             continue
         found += [f"nkserde/{name}:{line}: {what}" for line, what in private_uses(path.read_text())]
-    where = "nkserde/netket/internals.py, jax_internals.py, numba_cache.py"
+    where = "nkserde/netket/internals.py, jax_internals.py, caches/numba_kernels.py"
     assert not found, f"private names outside {where}:\n" + "\n".join(found)
 
 

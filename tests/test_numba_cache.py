@@ -1,4 +1,4 @@
-"""numba's cache for packages that do not ask for one (nkserde.numba_cache),
+"""numba's cache for packages that do not ask for one (nkserde.caches.numba_kernels),
 on a package of this test's own, in subprocesses (a numba function keeps
 its cache for the life of the process): a second process loads what the
 first compiled, a change to any file of the package (a callee in another
@@ -15,7 +15,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from nkserde import numba_cache
+from nkserde.caches import numba_kernels
 
 PACKAGE = {
     "__init__.py": "",
@@ -58,11 +58,11 @@ PACKAGE = {
 # argv: cache directory, whether to call f before use(), whether this process writes
 RUN = """
 import json, sys
-from nkserde import numba_cache
+from nkserde.caches import numba_kernels
 import pkgx.kernels as k
 if sys.argv[2] == "before":
     k.f(3)
-given = numba_cache.use(sys.argv[1], ("pkgx",), may_write=lambda: sys.argv[3] == "write")
+given = numba_kernels.use(sys.argv[1], ("pkgx",), may_write=lambda: sys.argv[3] == "write")
 values = [k.f(3), k.Op.kernel(3), k.h(3), k.closure(3)]
 stats = {name: [sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]
          for name, d in (("f", k.f), ("kernel", k.Op.kernel))}
@@ -160,7 +160,7 @@ def test_prune_keeps_the_most_recently_used_files_within_the_bound(tmp_path):
             path.write_bytes(b"x" * 500)
             os.utime(path, (1000 + i, 1000 + i))
     (sub / "notes.txt").write_bytes(b"y" * 5000)  # not numba's: left alone
-    assert numba_cache.prune(tmp_path, 2000) == 4
+    assert numba_kernels.prune(tmp_path, 2000) == 4
     assert sorted(p.name for p in sub.iterdir()) == [
         "m.f2-3.py311.1.nbc",
         "m.f2-3.py311.nbi",

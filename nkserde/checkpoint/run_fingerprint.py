@@ -103,9 +103,9 @@ import netket as nk
 import numpy as np
 import optax
 
-from .. import jax_internals, result_cache
+from .. import jax_internals
+from ..caches import content_key, results as result_cache
 from ..netket import internals
-from . import content_key
 
 VERSION = 3  # of the fingerprint's keys and texts
 COMPARED_VERSIONS = ("2", "3")  # 2 through upgrade(); older fingerprints are not compared

@@ -3,7 +3,7 @@ one, so that a resumed run loads the machine code its first job compiled.
 Knows numba (no NetKet, no JAX): the caller names the packages and says
 whether this process writes.
 
-    numba_cache.use(directory, ("netket",), may_write=lambda: rank == 0)
+    numba_kernels.use(directory, ("netket",), may_write=lambda: rank == 0)
 
 NetKet compiles its operators' kernels with ``numba.jit`` and no
 ``cache=True`` (a LocalOperator's set-up, an Ising's connected elements):
@@ -50,7 +50,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import lru_files, source_stamp
+from . import lru, source_stamp
 
 try:
     from numba.core import caching as _caching
@@ -100,7 +100,7 @@ def prune(directory, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     Relies on numba's names for them, ``.nbi`` and ``.nbc`` (numba 0.59 to
     0.68)."""
     files = (p for p in Path(directory).rglob("*") if p.suffix in _SUFFIXES)
-    return lru_files.delete_least_recently_used(files, max_bytes)
+    return lru.delete_least_recently_used(files, max_bytes)
 
 
 def _dispatchers(packages: tuple[str, ...]):
