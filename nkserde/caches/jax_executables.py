@@ -95,11 +95,6 @@ def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
     return path
 
 
-def ours() -> Path | None:
-    """The cache directory :func:`use` set, None if it set none."""
-    return _ours
-
-
 def prune(directory: Path, max_bytes: int) -> int:
     """Deletes the least recently used entries beyond ``max_bytes``; returns
     how many (:func:`nkserde.caches.lru.delete_least_recently_used`)."""
