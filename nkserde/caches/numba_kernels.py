@@ -33,11 +33,10 @@ data files are pickles that hold native code: like JAX's cache they are
 run as code, so they belong in the user's cache directory, never in a
 checkpoint directory (docs/explanations/threat-model.md).
 
-Relies on numba's ``numba.core.caching`` (``_CacheLocator``,
-``CompileResultCacheImpl``, ``FunctionCache`` and its index file's
-``_load_index`` and ``_index_path``, ``NullCache``) and a CPU dispatcher's
-``_cache`` and ``overloads`` (numba 0.59 to 0.68); without them :func:`use`
-caches nothing.
+What this needs of numba beyond its public API is in
+:mod:`nkserde.caches.numba_internals` (numba 0.59 to 0.68); where numba is
+not as expected there, :func:`use` caches nothing and the kernels compile
+as before.
 """
 
 from __future__ import annotations
@@ -46,21 +45,12 @@ import functools
 import hashlib
 import os
 import sys
-import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from . import lru, source_stamp
-
-try:
-    from numba.core import caching as _caching
-    from numba.core.errors import NumbaWarning
-    from numba.core.registry import CPUDispatcher
-except ImportError:  # no numba, or one laid out otherwise: nothing to cache
-    _caching = None
+from . import lru, numba_internals, source_stamp
 
 DEFAULT_MAX_BYTES = 256 * 2**20
-_SUFFIXES = (".nbi", ".nbc")  # numba's index and data files
 
 
 def use(directory, packages: Iterable[str], *, may_write: Callable[[], bool] = lambda: True) -> int:
@@ -69,45 +59,31 @@ def use(directory, packages: Iterable[str], *, may_write: Callable[[], bool] = l
     how many it gave one. Code they compiled before is written now (if
     ``may_write()``); functions of modules imported later need another
     call. A function already cached here by an earlier call with another
-    directory moves to this one. Relies on a CPU dispatcher's ``_cache``
-    and ``overloads`` and numba's ``NullCache`` (numba 0.59 to 0.68)."""
-    if _caching is None:
-        return 0
+    directory moves to this one."""
     directory = Path(directory)
     given = 0
     for dispatcher in _dispatchers(tuple(packages)):
-        cache = dispatcher._cache
-        if isinstance(cache, _Cache):
-            if cache.directory == directory:
-                continue
-        elif not isinstance(cache, _caching.NullCache):
-            continue  # cache=True: numba's own
-        try:
-            cache = _Cache(dispatcher.py_func, directory, may_write)
-        except Exception:  # noqa: BLE001  (numba cannot place it: it compiles as before)
-            continue
-        dispatcher._cache = cache
-        given += 1
-        for signature, compiled in list(dispatcher.overloads.items()):
-            cache.save_overload(signature, compiled)
+        py_func = dispatcher.py_func
+        path = _files_of(directory, py_func)
+        current = numba_internals.cache_path(dispatcher)
+        if current == path or (current is None and not numba_internals.has_no_cache(dispatcher)):
+            continue  # cached here already, or numba's own (cache=True)
+        given += numba_internals.attach_cache(dispatcher, path, _stamp_of(py_func), may_write)
     return given
 
 
 def prune(directory, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     """Deletes the least recently used of numba's files under ``directory``
     beyond ``max_bytes``; returns how many. (An index whose data file is
-    gone, or data without its index, is a miss: numba compiles again.)
-    Relies on numba's names for them, ``.nbi`` and ``.nbc`` (numba 0.59 to
-    0.68)."""
-    files = (p for p in Path(directory).rglob("*") if p.suffix in _SUFFIXES)
+    gone, or data without its index, is a miss: numba compiles again.)"""
+    files = (p for p in Path(directory).rglob("*") if p.suffix in numba_internals.SUFFIXES)
     return lru.delete_least_recently_used(files, max_bytes)
 
 
 def _dispatchers(packages: tuple[str, ...]):
     """numba's CPU functions at the top level of the loaded modules of
     ``packages`` and the static methods of their classes, defined there,
-    without closures (numba would pickle a closure's cells into its key).
-    Relies on ``CPUDispatcher.py_func`` (numba 0.59 to 0.68)."""
+    without closures (numba would pickle a closure's cells into its key)."""
     seen = set()
     for name, module in list(sys.modules.items()):
         if module is None or not _within(name, packages):
@@ -117,7 +93,7 @@ def _dispatchers(packages: tuple[str, ...]):
             if isinstance(value, type) and value.__module__ == name:
                 candidates = [v.__func__ if isinstance(v, staticmethod) else v for v in vars(value).values()]
             for candidate in candidates:
-                if not isinstance(candidate, CPUDispatcher) or id(candidate) in seen:
+                if not numba_internals.is_cpu_dispatcher(candidate) or id(candidate) in seen:
                     continue
                 seen.add(id(candidate))
                 py_func = candidate.py_func
@@ -126,104 +102,24 @@ def _dispatchers(packages: tuple[str, ...]):
 
 
 def _within(module: str, packages: tuple[str, ...]) -> bool:
-    """Whether ``module`` is one of ``packages`` or inside one (no numba:
-    Python 3.11 and later)."""
+    """Whether ``module`` is one of ``packages`` or inside one."""
     return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _files_of(directory: Path, py_func) -> str:
+    """Where a function's files go: a subdirectory of the cache per source
+    directory (its name and a digest of its path), as numba lays out
+    NUMBA_CACHE_DIR."""
+    source_directory = os.path.dirname(os.path.abspath(py_func.__code__.co_filename))
+    digest = hashlib.sha1(source_directory.encode()).hexdigest()[:16]
+    return str(directory / f"{os.path.basename(source_directory)}_{digest}")
 
 
 @functools.lru_cache(maxsize=None)
 def _stamp_of(py_func) -> str:
     """The stamp of the package ``py_func`` is in (of its own directory
-    if it is in none; no numba: Python 3.11 and later)."""
+    if it is in none)."""
     top = (getattr(py_func, "__module__", "") or "").split(".")[0]
     package = sys.modules.get(top)
     root = os.path.dirname(os.path.abspath(getattr(package, "__file__", None) or py_func.__code__.co_filename))
     return source_stamp.of_directory(root)
-
-
-if _caching is not None:
-
-    class _Locator(_caching._CacheLocator):
-        """Where and under which stamp a function's files are: a subdirectory
-        of the cache per source directory (its name and a digest of its
-        path), the package's stamp."""
-
-        directory: Path  # set on the subclass made for each cache directory
-
-        def __init__(self, py_func, py_file):
-            source_directory = os.path.dirname(os.path.abspath(py_file))
-            digest = hashlib.sha1(source_directory.encode()).hexdigest()[:16]
-            self._path = str(self.directory / f"{os.path.basename(source_directory)}_{digest}")
-            self._py_file = py_file
-            self._lineno = py_func.__code__.co_firstlineno
-            self._stamp = _stamp_of(py_func)
-
-        def get_cache_path(self):
-            return self._path
-
-        def get_source_stamp(self):
-            return self._stamp
-
-        def get_disambiguator(self):
-            return str(self._lineno)
-
-        @classmethod
-        def from_function(cls, py_func, py_file):
-            return cls(py_func, py_file)  # the directory is made when something is written
-
-    @functools.lru_cache(maxsize=None)
-    def _implementation(directory: Path):
-        locator = type("_Locator", (_Locator,), {"directory": directory})
-
-        class _Implementation(_caching.CompileResultCacheImpl):
-            _locator_classes = [locator]
-
-            def check_cachable(self, cres):
-                with warnings.catch_warnings():  # numba warns for each; such a kernel compiles as before
-                    warnings.simplefilter("ignore", NumbaWarning)
-                    return super().check_cachable(cres)
-
-        return _Implementation
-
-    class _Cache(_caching.FunctionCache):
-        """numba's per-function cache, in ``directory``, writing only where
-        ``may_write()``, and passing over what it cannot read or write."""
-
-        def __init__(self, py_func, directory: Path, may_write: Callable[[], bool]):
-            self.directory = directory
-            self._may_write = may_write
-            self._impl_class = _implementation(directory)
-            super().__init__(py_func)
-
-        def load_overload(self, sig, target_context):
-            try:
-                return super().load_overload(sig, target_context)
-            except Exception:  # noqa: BLE001  (a damaged or foreign entry: compile it)
-                return None
-
-        def save_overload(self, sig, data):
-            try:
-                if not self._may_write():
-                    return
-                try:
-                    super().save_overload(sig, data)
-                except Exception:  # noqa: BLE001  (a damaged index: numba reads it before it writes)
-                    if self._drop_damaged_index():
-                        super().save_overload(sig, data)
-            except Exception:  # noqa: BLE001  (a full disk, a read-only cache: the run goes on)
-                pass
-
-        def _drop_damaged_index(self) -> bool:
-            """Deletes this function's index if it cannot be read (a torn or
-            foreign file); returns whether it did."""
-            try:
-                self._cache_file._load_index()
-                return False
-            except Exception:  # noqa: BLE001
-                os.unlink(self._cache_file._index_path)
-                return True
-
-else:  # pragma: no cover
-
-    class _Cache:  # never made: isinstance() checks only
-        pass
