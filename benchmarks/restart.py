@@ -1,7 +1,7 @@
-"""What a resumed run pays before it is back at speed, cold and with JAX's
-persistent compilation cache (nkserde.compilation_cache), side by side.
+"""What a resumed run pays before it is back at speed, cold and with the
+compilation caches, side by side.
 
-    python benchmarks/restart.py [--models rbm,gcnn,vit] [--repeat R]
+    python benchmarks/restart.py [--models rbm,gcnn,vit] [--repeat R] [--modes cold,readme,...]
 
 For each model a first process runs a few checkpointed steps (the job that
 was preempted); a second process resumes it, as the requeued job does,
@@ -17,29 +17,42 @@ and reports where its time goes:
 * ``first step``: the first step after the resume (it compiles);
 * ``warm step``: the step after it.
 
-``cold``: no compilation cache anywhere. ``cache``: both processes call
-``nkserde.compilation_cache(DIR)`` at their top (the documented line), so
-the resumed one finds what the first compiled, the template's build
-included, and NetKet's numba kernels (nkserde.numba_cache). The
-``restart`` row is everything but the import and one warm step (build +
-fingerprint + load + first step - warm step): what the issue's goal
-divides by four. The fingerprint is counted once, as a resume pays it
-(it sets up the operator, numba included, and compiles the JAX functions
-of its action). Medians over ``--repeat`` pairs of processes; the cold
-and cached processes alternate.
+Every mode runs the script as README.md shows it (``import netket as
+nk``, ``import nkserde``, the driver built, a ``nkserde.Checkpoint`` of
+the default options), in processes of their own:
 
-``--baseline DIR``: also a cold resume with the nkserde of the source tree
-``DIR`` (a checkout of an older commit, e.g. ``git worktree add
-/tmp/base 882baeb``, where issue 31 measured "today's" restart), in the
-same run, and the cached restart over it: the goal of issue 31 is a
-quarter of that restart, where what nkserde itself spends on a resume
-(fingerprint, load) was also slower.
+* ``cold``: ``NKSERDE_COMPILATION_CACHE=off``: no compilation cache at all;
+* ``readme``: nothing added: the caches nkserde sets by itself, in a user
+  cache directory (``XDG_CACHE_HOME``) that is fresh for the first run and
+  the same for its resume;
+* ``line``: ``nkserde.compilation_cache(DIR)`` at the top as well (the line
+  issue 31 asked scripts to add), DIR fresh per pair;
+* ``no numba``: ``line`` without numba's cache of NetKet's kernels
+  (nkserde.caches.numba_kernels.use replaced by a no-op in the process):
+  what that cache saves is ``no numba`` - ``line``.
+
+``--modes`` picks them (default ``cold,readme``); the first is the one the
+others are divided by. The ``restart`` row is everything but the import
+and one warm step (build + fingerprint + load + first step - warm step):
+what issue 45's goal divides by four. The fingerprint is counted once, as
+a resume pays it (it sets up the operator, numba included, and compiles
+the JAX functions of its action). Min and median over ``--repeat`` pairs
+of processes; the modes alternate within each repeat.
+
+``--baseline DIR``: also a resume with the nkserde of the source tree
+``DIR`` (a checkout of an older commit, e.g. ``git worktree add /tmp/base
+d346256``), in the same run, in the mode ``--baseline-mode`` (default
+``readme``: the README's script on that commit, e.g. issue 45's "as the
+README shows it"), divided by the first mode as well.
 
 Models: ``rbm``: RBM alpha 1 on the 8-site Ising chain, VMC, Adam, 512
 samples; ``gcnn``: GCNN (2 layers, 4 features, complex) on the 4x4
 Heisenberg model, VMC_SR, 256 samples (the issue's case); ``vit``: a
 shrunk version of NetKet's ViT tutorial (patches of 2x2 on the 4x4
-lattice, one encoder layer, embedding 8, two heads), VMC_SR, 256 samples.
+lattice, one encoder layer, embedding 8, two heads), VMC_SR, 256 samples;
+``gcnn-numba``: the GCNN with its Heisenberg model as a numba
+LocalOperator (what NetKet 3.22 builds; 3.23's is a jax one, whose
+arrays numba packs once), whose kernels numba compiles in every process.
 """
 
 from __future__ import annotations
@@ -56,13 +69,19 @@ from pathlib import Path
 
 _T0 = time.perf_counter()
 PHASES = ("import", "build", "fingerprint", "load", "first step", "warm step")
+MODES = ("cold", "readme", "line", "no numba")
 
 
-def child(model: str, directory: Path, cache: str | None, steps: int) -> dict:
+def child(model: str, directory: Path, mode: str, cache: str | None, steps: int) -> dict:
     """One process: resumes (or starts) ``model`` in ``directory`` and runs
-    to ``steps``; returns the time of each phase."""
+    to ``steps``, as the README's script in ``mode``; returns the time of
+    each phase."""
     times = {}
-    if cache:
+    if mode == "no numba":  # (before NetKet's import: its kernels never get nkserde's cache)
+        from nkserde.caches import numba_kernels
+
+        numba_kernels.use = lambda *args, **kwargs: 0
+    if mode in ("line", "no numba"):
         import nkserde
 
         nkserde.compilation_cache(cache)
@@ -107,9 +126,7 @@ def child(model: str, directory: Path, cache: str | None, steps: int) -> dict:
         def on_run_start(self, step, driver):
             marks["ready"] = time.perf_counter()
 
-    # (no compile_cache given to a cold run: an older nkserde has no such
-    # argument, and this one's "auto" is off in a cold run's environment)
-    ckpt = nkserde.Checkpoint(directory, every=1, **({"compile_cache": cache} if cache else {}))
+    ckpt = nkserde.Checkpoint(directory, every=1)  # the default options, as the README's script
     driver.run(steps, out=None, show_progress=False, callback=[Before(), ckpt, After()])
     times["fingerprint"] = marks["fingerprint"]
     times["load"] = marks["ready"] - marks["start"] - marks["fingerprint"]
@@ -134,8 +151,10 @@ def build(model: str):
     graph = nk.graph.Square(4)
     hilbert = nk.hilbert.Spin(0.5, N=graph.n_nodes, total_sz=0)
     hamiltonian = nk.operator.Heisenberg(hilbert, graph)
+    if model == "gcnn-numba" and hasattr(hamiltonian, "to_numba_operator"):
+        hamiltonian = hamiltonian.to_numba_operator()
     sampler = nk.sampler.MetropolisExchange(hilbert, graph=graph, n_chains=16)
-    if model == "gcnn":
+    if model in ("gcnn", "gcnn-numba"):
         net = nk.models.GCNN(symmetries=graph, layers=2, features=4, param_dtype=complex)
     else:
         net = _vit(graph)
@@ -174,60 +193,73 @@ def _vit(graph):
     return ViT()
 
 
-def spawn(model: str, directory: Path, cache: str | None, steps: int, source: str | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
-    env["NKSERDE_COMPILATION_CACHE"] = "off"  # the cold runs: no cache at all
+def spawn(model: str, directory: Path, mode: str, home: Path, steps: int, source: str | None = None) -> dict:
+    """``child`` in a process of its own, in ``mode``, with ``home`` as the
+    user's cache directory (XDG_CACHE_HOME) and the compilation cache of
+    ``--modes line``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "NKSERDE_"))}
+    env["XDG_CACHE_HOME"] = str(home)
+    if mode == "cold":
+        env["NKSERDE_COMPILATION_CACHE"] = "off"
     if source is not None:  # the baseline's nkserde, before the installed one
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (source, env.get("PYTHONPATH"))))
-    command = [sys.executable, __file__, "--child", model, str(directory), cache or "", str(steps)]
+    command = [sys.executable, __file__, "--child", model, str(directory), mode, str(home / "line"), str(steps)]
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise SystemExit(f"{model}: the child failed:\n{done.stderr[-3000:]}")
+        raise SystemExit(f"{model} ({mode}): the child failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="rbm,gcnn,vit")
+    parser.add_argument("--modes", default="cold,readme", help=f"of {', '.join(MODES)}; the first divides the others")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--baseline", help="a source tree of an older nkserde, resumed cold beside")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline", help="a source tree of an older nkserde, resumed beside")
+    parser.add_argument("--baseline-mode", default="readme", choices=MODES)
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        model, directory, cache, steps = args.child
-        print(json.dumps(child(model, Path(directory), cache or None, int(steps))))
+        model, directory, mode, cache, steps = args.child
+        print(json.dumps(child(model, Path(directory), mode, cache, int(steps))))
         return
+    modes = args.modes.split(",")
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"--modes: {', '.join(unknown)}: not one of {', '.join(MODES)}")
     if args.baseline and not (Path(args.baseline) / "nkserde" / "__init__.py").is_file():
         parser.error(f"--baseline {args.baseline}: no nkserde/__init__.py there (a source tree of nkserde)")
+    runs = [(mode, None) for mode in modes]
+    if args.baseline:
+        runs.append((args.baseline_mode, str(Path(args.baseline).resolve())))
+    names = [mode if source is None else f"base {mode}" for mode, source in runs]
     with tempfile.TemporaryDirectory(prefix="nkserde-restart-") as root:
         root = Path(root)
         print(f"load average before: {os.getloadavg()[0]:.2f}", flush=True)
         for model in args.models.split(","):
-            modes = ("cold", "cache", "base cold") if args.baseline else ("cold", "cache")
-            rows = {mode: [] for mode in modes}
+            rows = {name: [] for name in names}
             for r in range(args.repeat):
-                for mode in modes:
-                    directory = root / f"{model}-{mode.replace(' ', '-')}-{r}"
-                    cache = str(root / f"jax-cache-{model}-{r}") if mode == "cache" else None
-                    source = str(Path(args.baseline).resolve()) if mode == "base cold" else None
-                    spawn(model, directory, cache, 2, source)  # the job that was preempted after 2 steps
-                    got = spawn(model, directory, cache, 5, source)  # the requeued job resumes it
+                for name, (mode, source) in zip(names, runs):
+                    place = root / f"{model}-{name.replace(' ', '-')}-{r}"
+                    spawn(model, place / "ckpt", mode, place / "home", 2, source)  # the job preempted after 2 steps
+                    got = spawn(model, place / "ckpt", mode, place / "home", 5, source)  # the requeued job resumes it
                     assert got["resumed_from"] == 2, got
-                    rows[mode].append(got)
-            print(f"\n{model}:")
-            base = f" {'base cold s':>11} {'cache/base':>10}" if args.baseline else ""
-            print(f"  {'phase':<12} {'cold s':>8} {'cache s':>8} {'cache/cold':>10}{base}")
-            medians = {}
-            for mode in rows:
-                medians[mode] = {p: statistics.median(row[p] for row in rows[mode]) for p in PHASES}
-                m = medians[mode]
-                m["restart"] = m["build"] + m["fingerprint"] + m["load"] + m["first step"] - m["warm step"]
+                    rows[name].append(got)
+            print(f"\n{model}: seconds, min / median of {args.repeat}; ratio: of the medians, to {names[0]}")
+            print(
+                f"  {'phase':<12}"
+                + "".join(f" {name:>15}" for name in names)
+                + "".join(f" {name + '/' + names[0]:>18}" for name in names[1:])
+            )
+            for row in rows.values():
+                for times in row:
+                    times["restart"] = (
+                        sum(times[p] for p in ("build", "fingerprint", "load", "first step")) - times["warm step"]
+                    )
             for phase in (*PHASES, "restart"):
-                cold, warm = medians["cold"][phase], medians["cache"][phase]
-                line = f"  {phase:<12} {cold:8.2f} {warm:8.2f} {_ratio(warm, cold):10.2f}"
-                if args.baseline:
-                    then = medians["base cold"][phase]
-                    line += f" {then:11.2f} {_ratio(warm, then):10.2f}"
+                medians = {name: statistics.median(t[phase] for t in rows[name]) for name in names}
+                lows = {name: min(t[phase] for t in rows[name]) for name in names}
+                line = f"  {phase:<12}" + "".join(f" {lows[n]:7.2f} /{medians[n]:6.2f}" for n in names)
+                line += "".join(f" {_ratio(medians[n], medians[names[0]]):18.2f}" for n in names[1:])
                 print(line)
         print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 

@@ -13,7 +13,7 @@ from .placement import per_process
 from .partial_load import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .registry import migration, register
-from .compiled_code import use as compilation_cache
+from .caches import use as compilation_cache
 from . import netket as _netket_registrations  # noqa: E402  (registers NetKet's types)
 from .netket._common import find as _find  # noqa: E402
 

@@ -66,7 +66,7 @@ def pytest_report_header(config):
     # (tests/test_fixtures.py: the writer's releases and CPU kind)
     import json
 
-    from nkserde import jax_cache
+    from nkserde.caches import jax_executables as jax_cache
 
     cpu = jax_cache.cpu_kind()
     fixtures = Path(__file__).parent / "fixtures"

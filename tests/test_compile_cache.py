@@ -1,4 +1,4 @@
-"""Compiled code outlives the process (nkserde.compiled_code): a Checkpoint,
+"""Compiled code outlives the process (nkserde.caches): a Checkpoint,
 or ``nkserde.compilation_cache()`` at the top of a script, points JAX's
 persistent compilation cache at the user's cache directory and caches
 NetKet's numba kernels and the fingerprint's probes beside it, so a resumed
@@ -19,7 +19,7 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde import jax_cache
+from nkserde.caches import jax_executables
 
 # counts JAX's persistent-cache hits, then runs a small checkpointed VMC
 # (of a numba LocalOperator: numba's kernels, which NetKet does not cache)
@@ -44,8 +44,8 @@ if hasattr(hamiltonian, "to_numba_operator"):  # a jax LocalOperator (NetKet >= 
     hamiltonian = hamiltonian.to_numba_operator()
 driver = nk.driver.VMC(hamiltonian, optax.adam(1e-2), variational_state=builders.mc_state())
 driver.run(int(sys.argv[3]), out=None, show_progress=False, callback=ckpt)
-from nkserde import numba_cache  # NetKet's numba kernels: loaded (hits) or compiled (misses)
-kernels = list(numba_cache._dispatchers(("netket",)))
+from nkserde.caches import numba_kernels  # NetKet's numba kernels: loaded (hits) or compiled (misses)
+kernels = list(numba_kernels._dispatchers(("netket",)))
 numba_hits = sum(sum(d.stats.cache_hits.values()) for d in kernels)
 numba_misses = sum(sum(d.stats.cache_misses.values()) for d in kernels)
 print("cache", jax.config.jax_compilation_cache_dir, "hits", len(hits), "numba", numba_hits, numba_misses, end=" ")
@@ -85,7 +85,7 @@ def test_a_resumed_run_takes_its_compiled_code_from_the_users_cache(tmp_path):
     first_cache, first_hits, _, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "auto", 2)
     assert first_cache.startswith(str(tmp_path / "xdg" / "nkserde" / "jax" / "jax-"))
     assert not Path(first_cache).is_relative_to(tmp_path / "ckpt")  # never in the checkpoint directory
-    entries, size = jax_cache.summary(Path(first_cache))
+    entries, size = jax_executables.summary(Path(first_cache))
     assert entries > 0 and size > 0
     assert compiled > 0 and any((Path(first_cache) / "numba").rglob("*.nbc"))  # the LocalOperator's kernels
     assert probes > 0 and any((Path(first_cache) / "results").glob("*.json"))  # the fingerprint's probes
@@ -192,7 +192,7 @@ def test_the_steps_of_a_resumed_run_compile_nothing_its_first_run_did_not(tmp_pa
 
 def test_a_resumed_run_of_a_jax_local_operator_starts_no_numba(tmp_path):
     # NetKet packs a jax LocalOperator's terms with numba at its first use;
-    # the arrays are kept (nkserde.operator_tables), so the resumed process
+    # the arrays are kept (nkserde.caches.operator_tables), so the resumed process
     # takes them and numba never sets itself up (0.36 s of the GCNN's resume)
     first_run, resumed = resume_counting(tmp_path, "vmc_jax_local_operator", "2", "4")
     assert _count(first_run, "numba") > 0
@@ -201,11 +201,11 @@ def test_a_resumed_run_of_a_jax_local_operator_starts_no_numba(tmp_path):
 
 def test_the_cache_is_per_jax_release_and_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("NKSERDE_COMPILATION_CACHE", str(tmp_path / "c"))
-    path = jax_cache.default_directory()
+    path = jax_executables.default_directory()
     assert path.parent == tmp_path / "c" and path.name.startswith("jax-")
     monkeypatch.setenv("NKSERDE_COMPILATION_CACHE", "off")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert jax_cache.default_directory().parent == tmp_path / "xdg" / "nkserde" / "jax"
+    assert jax_executables.default_directory().parent == tmp_path / "xdg" / "nkserde" / "jax"
 
 
 def test_prune_keeps_the_most_recently_used_entries_within_the_bound(tmp_path):
@@ -214,7 +214,7 @@ def test_prune_keeps_the_most_recently_used_entries_within_the_bound(tmp_path):
         entry.write_bytes(b"x" * 1000)
         os.utime(entry, (1000 + i, 1000 + i))
     (tmp_path / "jit_f0-abc-atime").write_bytes(b"t")  # not an entry: left alone
-    assert jax_cache.prune(tmp_path, 2500) == 3
+    assert jax_executables.prune(tmp_path, 2500) == 3
     assert sorted(p.name for p in tmp_path.glob("*-cache")) == ["jit_f3-abc-cache", "jit_f4-abc-cache"]
     assert (tmp_path / "jit_f0-abc-atime").exists()
 

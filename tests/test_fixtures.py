@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import jax_cache
+from nkserde.caches import jax_executables as jax_cache
 
 import scenarios  # tests/fixtures (pyproject's pythonpath)
 

@@ -1,6 +1,7 @@
-"""Private NetKet and JAX names are used in three places only: the modules
-that list them (``nkserde/netket/internals.py``, ``nkserde/jax_internals.py``)
-and the registrations, whose schema is the fields of the type they store
+"""Private NetKet, JAX and numba names are used in three places only: the
+modules that list them (``nkserde/netket/internals.py``,
+``nkserde/jax_internals.py``, ``nkserde/caches/numba_internals.py``) and the
+registrations, whose schema is the fields of the type they store
 (docs/schema.md). Anywhere else a private name of another library is a use
 nobody will find when that library changes: this test names it."""
 
@@ -14,7 +15,7 @@ import nkserde
 
 PACKAGE = Path(nkserde.__file__).parent
 # Where private names of NetKet and JAX may be written
-INTERNALS = {"netket/internals.py", "jax_internals.py", "numba_cache.py"}
+INTERNALS = {"netket/internals.py", "jax_internals.py", "caches/numba_internals.py"}
 REGISTRATIONS = {
     f"netket/{m}.py"
     for m in ("_common", "callbacks", "configuration", "drivers", "dynamics", "loggers", "optimizers", "pytrees")
@@ -24,6 +25,8 @@ NAMEDTUPLE_API = {"_asdict", "_fields", "_replace", "_make"}
 # nkserde's own marker on the classes it makes (checkpoint/wrapper.py)
 OWN_PREFIX = "_nkserde"
 FOREIGN = ("jax", "jaxlib", "netket", "flax", "optax", "numba")
+# Packages that are internal as a whole though no part of their name says so
+INTERNAL_PACKAGES = ("numba.core",)
 
 
 def _private(name: str) -> bool:
@@ -36,11 +39,16 @@ def _private(name: str) -> bool:
     )
 
 
+def _internal(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in INTERNAL_PACKAGES)
+
+
 def private_uses(source: str) -> list[tuple[int, str]]:
     """(line, what) of every private name of another object or module in
     ``source``: ``x._name`` (x not self/cls), a string ``"_name"`` (getattr,
     tables of attribute names), an import of a private module or name of
-    JAX, NetKet, flax or optax, a string naming such a module."""
+    JAX, NetKet, flax, optax or numba (numba's ``numba.core`` included), a
+    string naming such a module."""
     uses = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and _private(node.attr):
@@ -51,14 +59,15 @@ def private_uses(source: str) -> list[tuple[int, str]]:
             if (text.isidentifier() and _private(text)) or any(f"{lib}._" in text for lib in FOREIGN):
                 uses.append((node.lineno, repr(text)))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module.split(".")[0] in FOREIGN:
-            if any(part.startswith("_") for part in node.module.split(".")):
+            if any(part.startswith("_") for part in node.module.split(".")) or _internal(node.module):
                 uses.append((node.lineno, f"from {node.module}"))
             uses += [(node.lineno, f"from {node.module} import {a.name}") for a in node.names if _private(a.name)]
         elif isinstance(node, ast.Import):
             uses += [
                 (node.lineno, f"import {a.name}")
                 for a in node.names
-                if a.name.split(".")[0] in FOREIGN and any(p.startswith("_") for p in a.name.split("."))
+                if a.name.split(".")[0] in FOREIGN
+                and (any(p.startswith("_") for p in a.name.split(".")) or _internal(a.name))
             ]
     return sorted(uses)
 
@@ -70,7 +79,7 @@ def test_private_names_of_netket_and_jax_are_used_only_in_the_internals_modules_
         if name in INTERNALS or name in REGISTRATIONS:
             continue
         found += [f"nkserde/{name}:{line}: {what}" for line, what in private_uses(path.read_text())]
-    where = "nkserde/netket/internals.py, jax_internals.py, numba_cache.py"
+    where = "nkserde/netket/internals.py, jax_internals.py, caches/numba_internals.py"
     assert not found, f"private names outside {where}:\n" + "\n".join(found)
 
 
@@ -82,7 +91,11 @@ from jax import _private_function
 value = driver._step_count
 getattr(log, "_prefix", None)
 name = "netket._src.logging"
+from numba.core import caching
+import numba.core.registry
+dispatcher._cache = None
 ok = self._mine, cls._ours, point._asdict(), "_nkserde_wrapper", "_", obj.__dict__
+from numba import njit
 """
     assert [what for _, what in private_uses(source)] == [
         "import jax._src.mesh",
@@ -91,6 +104,9 @@ ok = self._mine, cls._ours, point._asdict(), "_nkserde_wrapper", "_", obj.__dict
         "driver._step_count",
         "'_prefix'",
         "'netket._src.logging'",
+        "from numba.core",
+        "import numba.core.registry",
+        "dispatcher._cache",
     ]
 
 

@@ -1,5 +1,5 @@
 """A jax LocalOperator's arrays, kept between processes
-(nkserde.operator_tables): the arrays read back are the ones numba packs,
+(nkserde.caches.operator_tables): the arrays read back are the ones numba packs,
 dtype, shape and bytes; a damaged or foreign file is packed again; without
 a result cache nothing is kept."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from netket.operator._local_operator import compile_helpers
 
-from nkserde import operator_tables, result_cache
+from nkserde.caches import operator_tables, results
 
 
 @pytest.fixture
@@ -22,7 +22,7 @@ def packing(monkeypatch, tmp_path):
     append = compile_helpers._append_matrix
     monkeypatch.setattr(compile_helpers, "_append_matrix", lambda *a: calls.append(1) or append(*a))
     yield compile_helpers.pack_internals_jax, calls
-    result_cache.use(None)
+    results.use(None)
 
 
 def _operator():
@@ -46,10 +46,10 @@ def _same(a: dict, b: dict) -> None:
 
 def test_the_arrays_read_back_are_the_ones_numba_packs(packing, tmp_path):
     pack, calls = packing
-    result_cache.use(None)
+    results.use(None)
     reference = pack(*_operator())
     assert calls and not (tmp_path / "results").exists()  # no result cache: nothing kept
-    result_cache.use(tmp_path / "results")
+    results.use(tmp_path / "results")
     calls.clear()
     first = pack(*_operator())
     assert calls and len(list((tmp_path / "results").glob("*.json"))) == 1
@@ -62,7 +62,7 @@ def test_the_arrays_read_back_are_the_ones_numba_packs(packing, tmp_path):
 
 def test_a_damaged_file_is_packed_again(packing, tmp_path):
     pack, calls = packing
-    result_cache.use(tmp_path / "results")
+    results.use(tmp_path / "results")
     reference = pack(*_operator())
     (kept,) = (tmp_path / "results").glob("*.json")
     kept.write_bytes(kept.read_bytes()[:-40] + b"x" * 40)
@@ -73,25 +73,25 @@ def test_a_damaged_file_is_packed_again(packing, tmp_path):
 
 def test_another_operator_is_another_result(packing, tmp_path):
     pack, calls = packing
-    result_cache.use(tmp_path / "results")
+    results.use(tmp_path / "results")
     hilbert, terms, constant, dtype, cutoff = _operator()
     pack(hilbert, terms, constant, dtype, cutoff)
     changed = {sites: 2 * matrix for sites, matrix in terms.items()}
     calls.clear()
     doubled = pack(hilbert, changed, constant, dtype, cutoff)
     assert calls and len(list((tmp_path / "results").glob("*.json"))) == 2
-    result_cache.use(None)
+    results.use(None)
     _same(compile_helpers.pack_internals_jax(hilbert, changed, constant, dtype, cutoff), doubled)
 
 
 def test_a_result_that_is_not_tables_is_packed_again(packing, tmp_path, monkeypatch):
     # whole files (their checksums match) that put() of this module did not write
     pack, calls = packing
-    result_cache.use(tmp_path / "results")
+    results.use(tmp_path / "results")
     reference = pack(*_operator())
     values = ([1, 2], {"x": ["array", "|O", [1], ""]}, {"x": ["what"]}, {"x": []}, "text")
     for foreign in (*values, *({"value": value} for value in values)):
-        monkeypatch.setattr(result_cache, "get", lambda key, value=foreign: value)
+        monkeypatch.setattr(results, "get", lambda key, value=foreign: value)
         calls.clear()
         _same(reference, pack(*_operator()))
         assert calls, foreign

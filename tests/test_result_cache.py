@@ -1,5 +1,5 @@
-"""The fingerprint's probes kept between processes (nkserde.result_cache,
-keyed by nkserde.checkpoint.content_key): a fingerprint made from kept
+"""The fingerprint's probes kept between processes (nkserde.caches.results,
+keyed by nkserde.caches.content_key): a fingerprint made from kept
 results is the one computed, a changed run is refused as it is without
 them, what cannot be described by its content (the script's own
 functions) is never kept, and a damaged file is computed again."""
@@ -14,8 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from nkserde import result_cache
-from nkserde.checkpoint import content_key
+from nkserde.caches import content_key, results
 from nkserde.checkpoint.fingerprint import changes, fingerprint, functions, operators, optimizers
 
 L = 6
@@ -43,20 +42,20 @@ def driver(J2=0.5, learning_rate=0.01, activation=None, model="gcnn"):
 def kept(tmp_path):
     """Results kept in tmp_path/results for the test (and none before it,
     whatever an earlier test's Checkpoint set)."""
-    before = result_cache.directory(), result_cache._may_write
-    result_cache.use(None)
+    before = results.directory(), results._may_write
+    results.use(None)
     yield tmp_path / "results"
-    result_cache.use(before[0], may_write=before[1])
+    results.use(before[0], may_write=before[1])
 
 
 def computed(**kwargs) -> dict:
     """The fingerprint without kept results."""
-    before = result_cache.directory()
-    result_cache.use(None)
+    before = results.directory()
+    results.use(None)
     try:
         return fingerprint(driver(**kwargs))
     finally:
-        result_cache.use(before)
+        results.use(before)
 
 
 def no_probes(monkeypatch):
@@ -69,7 +68,7 @@ def no_probes(monkeypatch):
 
 def test_a_fingerprint_from_kept_results_is_the_one_computed(kept, monkeypatch):
     expected = computed()
-    result_cache.use(kept)
+    results.use(kept)
     assert fingerprint(driver()) == expected  # computed, and kept
     files = list(kept.glob("*.json"))
     assert len(files) >= 5, files  # the action, activations, schedule, updates
@@ -88,7 +87,7 @@ def test_a_changed_run_is_refused_as_without_kept_results(kept, change):
     base = computed()
     expected = changes(base, computed(**change))
     assert expected  # a change the fingerprint sees
-    result_cache.use(kept)
+    results.use(kept)
     assert fingerprint(driver()) == base
     assert changes(base, fingerprint(driver(**change))) == expected
     assert changes(base, fingerprint(driver(**change))) == expected  # from what the change kept
@@ -106,7 +105,7 @@ def test_the_scripts_own_functions_are_never_kept(kept):
     assert content_key.key("call", optax.sgd(jnp.asarray(0.01))) != content_key.key("call", optax.sgd(0.01))
     assert content_key.key("call", nk.nn.log_cosh) != content_key.key("call", nk.nn.reim_selu)
 
-    result_cache.use(kept)
+    results.use(kept)
     with_mine = computed(activation=mine)
     assert fingerprint(driver(activation=mine)) == with_mine
     assert fingerprint(driver(activation=lambda x: x * 3)) != with_mine  # computed again, not taken
@@ -121,7 +120,7 @@ def test_a_cached_hash_is_not_content():
 @pytest.mark.parametrize("damage", ["truncated", "value changed", "not json", "empty", "too large", "other key"])
 def test_a_damaged_result_is_computed_again(kept, monkeypatch, damage):
     expected = computed()
-    result_cache.use(kept)
+    results.use(kept)
     fingerprint(driver())
     files = sorted(kept.glob("*.json"))
     for i, path in enumerate(files):
@@ -147,9 +146,9 @@ def test_a_damaged_result_is_computed_again(kept, monkeypatch, damage):
 
 
 def test_nothing_is_kept_without_a_directory_or_where_this_process_does_not_write(kept):
-    result_cache.use(None)
-    assert not result_cache.put("k", 1) and result_cache.get("k") is None
-    result_cache.use(kept, may_write=lambda: False)  # not process 0
+    results.use(None)
+    assert not results.put("k", 1) and results.get("k") is None
+    results.use(kept, may_write=lambda: False)  # not process 0
     fingerprint(driver())
     assert not kept.exists()
 
@@ -158,17 +157,17 @@ def test_memoized_computes_once_and_again_only_where_it_must(kept):
     # the one helper around a kept computation (the fingerprint's probes,
     # nkserde.operator_tables): kept once, taken after; a value its decode
     # refuses is computed again; NOT_KEPT and key None store nothing
-    result_cache.use(kept)
+    results.use(kept)
     runs = []
 
     def compute(value):
         return lambda: runs.append(value) or value
 
     same = lambda v: v  # noqa: E731
-    assert result_cache.memoized("k1", compute(3), same, same) == 3
-    assert result_cache.memoized("k1", compute(4), same, same) == 3 and runs == [3]
-    assert result_cache.memoized("k1", compute(5), same, lambda v: 1 / 0) == 5 and runs == [3, 5]
-    assert result_cache.memoized("k2", compute(6), lambda v: result_cache.NOT_KEPT, same) == 6
-    assert result_cache.get("k2") is None
-    assert result_cache.memoized(None, compute(7), same, same) == 7
-    assert result_cache.memoized(None, compute(8), same, same) == 8 and runs == [3, 5, 6, 7, 8]
+    assert results.memoized("k1", compute(3), same, same) == 3
+    assert results.memoized("k1", compute(4), same, same) == 3 and runs == [3]
+    assert results.memoized("k1", compute(5), same, lambda v: 1 / 0) == 5 and runs == [3, 5]
+    assert results.memoized("k2", compute(6), lambda v: results.NOT_KEPT, same) == 6
+    assert results.get("k2") is None
+    assert results.memoized(None, compute(7), same, same) == 7
+    assert results.memoized(None, compute(8), same, same) == 8 and runs == [3, 5, 6, 7, 8]

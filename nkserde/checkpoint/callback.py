@@ -54,7 +54,8 @@ from ..errors import NkserdeError, UnsupportedNetKetError, in_file
 from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
-from .. import compiled_code, jax_cache
+from .. import caches as compiled_code
+from ..caches import jax_executables as jax_cache
 from . import fingerprint as run_fingerprint
 from . import histories, scheduler
 from .choice import choose_checkpoint

@@ -1,7 +1,7 @@
 """What the probes computed (an operator's action, a function on its fixed
 inputs, an optimizer's updates), kept in the result cache
-(:mod:`nkserde.result_cache`, set with the compilation cache) and keyed by
-:mod:`nkserde.checkpoint.content_key`: a resumed process takes them from
+(:mod:`nkserde.caches.results`, set with the compilation cache) and keyed by
+:mod:`nkserde.caches.content_key`: a resumed process takes them from
 there instead of computing them with JAX again; the fingerprint is the
 same either way."""
 
@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import result_cache
-from .. import content_key
+from ...caches import content_key, results as result_cache
 from .entries import VERSION
 
 
 def memoized(kind: str, parts: tuple, compute, encode, decode):
     """``compute()``, or what it returned in an earlier process for the same
-    ``parts`` (:func:`nkserde.result_cache.memoized`, keyed by
-    :func:`nkserde.checkpoint.content_key.key`: nothing is kept where a
+    ``parts`` (:func:`nkserde.caches.results.memoized`, keyed by
+    :func:`nkserde.caches.content_key.key`: nothing is kept where a
     part cannot be described by its content, or without a cache)."""
     key = content_key.key(f"fingerprint {VERSION} {kind}", *parts) if result_cache.directory() is not None else None
     return result_cache.memoized(key, compute, encode, decode)

@@ -1,6 +1,6 @@
 """Keys of results computed from objects: a digest of everything that
 decides what a function of the objects returns, or None where that cannot
-be told. The keys of :mod:`nkserde.result_cache` that spare a resumed run
+be told. The keys of :mod:`nkserde.caches.results` that spare a resumed run
 the fingerprint's probes (run_fingerprint).
 
     content_key.key("call", f, x)  # -> "3f2a..." or None
@@ -25,7 +25,7 @@ computes), so two objects with one key compute one result:
 
 The key also holds what the packages' code and JAX's numbers depend on:
 the releases of Python and of :data:`PACKAGES`, a stamp of NetKet's and
-nkserde's source files (:mod:`nkserde.source_stamp`: an editable install
+nkserde's source files (:mod:`nkserde.caches.source_stamp`: an editable install
 edited), the CPU kind and JAX's backend, and ``jax_enable_x64``.
 """
 
@@ -44,7 +44,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 
-from .. import jax_cache, source_stamp
+from . import jax_executables, source_stamp
 
 # packages whose code the key pins by release (and NetKet's and nkserde's
 # by their source files too)
@@ -88,7 +88,7 @@ def _environment() -> tuple:
         versions,
         stamps,
         platform.machine(),
-        jax_cache.cpu_kind(),
+        jax_executables.cpu_kind(),
         jax.default_backend(),
     )
 

@@ -4,16 +4,16 @@ probes of functions, optimizers and operators: JAX computations that
 compile a few tenths of a second in every process). Knows files and JSON
 (no JAX, no NetKet): the caller makes the keys.
 
-    result_cache.use(directory, may_write=lambda: rank == 0)
-    result_cache.get(key)           # what put() stored under key, else None
-    result_cache.put(key, value)    # a JSON value, written atomically
-    result_cache.memoized(key, compute, encode, decode)  # the two around a computation
+    results.use(directory, may_write=lambda: rank == 0)
+    results.get(key)           # what put() stored under key, else None
+    results.put(key, value)    # a JSON value, written atomically
+    results.memoized(key, compute, encode, decode)  # the two around a computation
 
 A key is a digest of everything the result depends on (the caller's
-business: :mod:`nkserde.checkpoint.content_key`). One small file per key,
+business: :mod:`nkserde.caches.content_key`). One small file per key,
 with a checksum of its value; a file that cannot be read, does not parse or
 does not match its checksum is a miss (the caller computes again), never
-an error. Set by :func:`nkserde.compiled_code.use`, beside the compiled
+an error. Set by :func:`nkserde.caches.use`, beside the compiled
 code: like it, what the directory holds is taken as the user's own (it
 decides whether a run resumes), so it is never a checkpoint directory,
 which is data users hand each other (docs/explanations/threat-model.md).
@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import lru_files
+from . import lru
 
 DEFAULT_MAX_BYTES = 16 * 2**20
 _MAX_FILE_BYTES = 1 << 20  # a larger file is not one put() wrote
@@ -121,7 +121,7 @@ def prune(root, max_bytes: int = DEFAULT_MAX_BYTES) -> int:
     """Deletes the least recently used results in ``root`` beyond
     ``max_bytes``; returns how many."""
     files = (p for p in Path(root).glob(f"*{_SUFFIX}") if not p.name.startswith("."))
-    return lru_files.delete_least_recently_used(files, max_bytes)
+    return lru.delete_least_recently_used(files, max_bytes)
 
 
 def _checksum(key: str, value) -> str:

@@ -1,8 +1,8 @@
 """A stamp of a package's source: a digest that changes when any of its
 Python files changes (an upgrade, an edit of an editable install). What
 says that something computed from its code is stale: numba's cache of
-NetKet's kernels (:mod:`nkserde.numba_cache`), the fingerprint's stored
-probes (:mod:`nkserde.result_cache`). No JAX, no NetKet, no numba."""
+NetKet's kernels (:mod:`nkserde.caches.numba_kernels`), the fingerprint's stored
+probes (:mod:`nkserde.caches.results`). No JAX, no NetKet, no numba."""
 
 from __future__ import annotations
 

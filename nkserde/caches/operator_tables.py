@@ -2,15 +2,15 @@
 computes with numba the first time the operator is used (its terms packed
 into padded arrays: sites, diagonal and off-diagonal elements, connected
 local states). A resumed process that takes them from
-:mod:`nkserde.result_cache` does not start numba at all (numba's set-up
+:mod:`nkserde.caches.results` does not start numba at all (numba's set-up
 alone, ``BaseContext.refresh``, was 0.36 s of every resume of the GCNN of
 benchmarks/restart.py, whose Heisenberg model is a jax LocalOperator).
 
     operator_tables.use()   # from now on, with the result cache's directory
 
-Set by :func:`nkserde.compiled_code.use`, beside numba's cache of the same
+Set by :func:`nkserde.caches.use`, beside numba's cache of the same
 kernels. An operator's arrays are kept under
-:func:`nkserde.checkpoint.content_key.key` of everything NetKet packs them
+:func:`nkserde.caches.content_key.key` of everything NetKet packs them
 from (the Hilbert space, the terms, the constant, the dtype, the cutoff,
 and NetKet's release and source files): an operator whose content cannot be
 told (a term of a class of one's own), or whose arrays would not fit a
@@ -25,9 +25,8 @@ import functools
 
 import numpy as np
 
-from . import result_cache
-from .checkpoint import content_key
-from .netket import internals
+from ..netket import internals
+from . import content_key, results
 
 VERSION = 1  # of what a kept result holds
 _MAX_BYTES = 512 * 1024  # of the arrays of one operator (a result file holds 1 MiB, base64 takes 4/3)
@@ -35,7 +34,7 @@ _MAX_BYTES = 512 * 1024  # of the arrays of one operator (a result file holds 1 
 
 def use() -> bool:
     """Keeps the packed arrays of jax LocalOperators from now on (where
-    :mod:`nkserde.result_cache` has a directory); False where this NetKet
+    :mod:`nkserde.caches.results` has a directory); False where this NetKet
     packs them otherwise."""
     return internals.wrap_jax_local_operator_packing(_kept)
 
@@ -44,9 +43,9 @@ def _kept(pack):
     @functools.wraps(pack)
     def packed(hilbert, operators_dict, constant, dtype, mel_cutoff):
         parts = (hilbert, operators_dict, constant, np.dtype(dtype), mel_cutoff)
-        key = content_key.key(f"operator tables {VERSION}", *parts) if result_cache.directory() is not None else None
+        key = content_key.key(f"operator tables {VERSION}", *parts) if results.directory() is not None else None
         compute = lambda: pack(hilbert, operators_dict, constant, dtype, mel_cutoff)  # noqa: E731
-        return result_cache.memoized(key, compute, _encode, _decode)
+        return results.memoized(key, compute, _encode, _decode)
 
     return packed
 
@@ -64,8 +63,8 @@ def _encode(data: dict):
         elif isinstance(value, (int, np.integer)):
             out[name] = ["int", int(value), np.asarray(value).dtype.str]
         else:
-            return result_cache.NOT_KEPT
-    return out if size <= _MAX_BYTES else result_cache.NOT_KEPT
+            return results.NOT_KEPT
+    return out if size <= _MAX_BYTES else results.NOT_KEPT
 
 
 def _decode(stored: dict) -> dict:

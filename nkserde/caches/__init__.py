@@ -1,54 +1,55 @@
 """Compiled code that outlives the process: JAX's persistent compilation
-cache (:mod:`nkserde.jax_cache`) and numba's cache of NetKet's operator
-kernels (:mod:`nkserde.numba_cache`), side by side. What
+cache (:mod:`nkserde.caches.jax_executables`) and numba's cache of NetKet's operator
+kernels (:mod:`nkserde.caches.numba_kernels`), side by side. What
 ``nkserde.compilation_cache()`` and a Checkpoint's ``compile_cache`` set.
 
-    compiled_code.use()                   # the user's cache directory
-    compiled_code.use("/scratch/me/jax")  # or one of one's own
+    caches.use()                   # the user's cache directory
+    caches.use("/scratch/me/jax")  # or one of one's own
 
 numba's files go in a ``numba`` subdirectory of the directory given (or of
 nkserde's default one, also when JAX's cache is one the user configured),
 written by process 0 only, and bounded apart from JAX's entries; the
 fingerprint's probes of functions, optimizers and operators
-(:mod:`nkserde.result_cache`) in a ``results`` one, likewise, and with them
+(:mod:`nkserde.caches.results`) in a ``results`` one, likewise, and with them
 the arrays NetKet packs a jax LocalOperator into with numba
-(:mod:`nkserde.operator_tables`: a resumed process then starts no numba).
+(:mod:`nkserde.caches.operator_tables`: a resumed process then starts no numba).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from . import jax_cache, jax_internals, numba_cache, operator_tables, result_cache
+from .. import jax_internals
+from . import jax_executables, numba_kernels, operator_tables, results
 
 # the packages whose numba functions get a cache (NetKet asks for none)
 PACKAGES = ("netket",)
 _given: Path | None = None  # the directory use() was last given in this process (None: the default)
 
 
-def use(directory=None, *, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path | None:
+def use(directory=None, *, max_bytes: int = jax_executables.DEFAULT_MAX_BYTES) -> Path | None:
     """Points JAX's persistent compilation cache at ``directory`` (see
-    :func:`nkserde.jax_cache.use`) and caches NetKet's numba kernels and
+    :func:`nkserde.caches.jax_executables.use`) and caches NetKet's numba kernels and
     the fingerprint's probes beside it; returns the directory JAX's cache
     is in. Takes effect for what compiles from now on (and writes NetKet's
     kernels compiled before); call it again after importing a NetKet
     module that was not loaded."""
     global _given
     _given = None if directory is None else Path(directory)
-    path = jax_cache.use(directory, max_bytes=max_bytes)
-    root = Path(directory) if directory is not None else jax_cache.default_directory()
+    path = jax_executables.use(directory, max_bytes=max_bytes)
+    root = Path(directory) if directory is not None else jax_executables.default_directory()
     writes = lambda: jax_internals.process_id() == 0  # noqa: E731  (as JAX writes its cache)
-    numba_cache.use(root / "numba", PACKAGES, may_write=writes)
-    result_cache.use(root / "results", may_write=writes)
+    numba_kernels.use(root / "numba", PACKAGES, may_write=writes)
+    results.use(root / "results", may_write=writes)
     operator_tables.use()
     if writes():
-        for kept, prune in ((root / "numba", numba_cache.prune), (root / "results", result_cache.prune)):
+        for kept, prune in ((root / "numba", numba_kernels.prune), (root / "results", results.prune)):
             if kept.is_dir():
                 prune(kept)
     return path
 
 
-def use_default(*, max_bytes: int = jax_cache.DEFAULT_MAX_BYTES) -> Path | None:
+def use_default(*, max_bytes: int = jax_executables.DEFAULT_MAX_BYTES) -> Path | None:
     """:func:`use` of the directory given to it earlier in this process
     (``nkserde.compilation_cache(DIR)`` at the top of a script), else of
     the default one: what a Checkpoint's ``compile_cache="auto"`` sets, so

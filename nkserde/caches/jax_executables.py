@@ -2,8 +2,8 @@
 finds the code its first job compiled instead of compiling it again.
 Knows JAX's configuration and files (no NetKet).
 
-    jax_cache.use()                       # the user's cache (below), bounded
-    jax_cache.use("/scratch/me/jax")      # or a directory of one's own (nkserde.compilation_cache)
+    jax_executables.use()                       # the user's cache (below), bounded
+    jax_executables.use("/scratch/me/jax")      # or a directory of one's own (nkserde.compilation_cache)
 
 Where: ``NKSERDE_COMPILATION_CACHE`` if set, else ``$XDG_CACHE_HOME/nkserde/
 jax`` (``~/.cache/nkserde/jax``), in a subdirectory per JAX version and
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import jax
 
-from . import jax_internals, lru_files
+from .. import jax_internals
+from . import lru
 
 DEFAULT_MAX_BYTES = 4 * 2**30
 ENVIRONMENT = "NKSERDE_COMPILATION_CACHE"
@@ -94,16 +95,11 @@ def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
     return path
 
 
-def ours() -> Path | None:
-    """The cache directory :func:`use` set, None if it set none."""
-    return _ours
-
-
 def prune(directory: Path, max_bytes: int) -> int:
     """Deletes the least recently used entries beyond ``max_bytes``; returns
-    how many (:func:`nkserde.lru_files.delete_least_recently_used`)."""
+    how many (:func:`nkserde.caches.lru.delete_least_recently_used`)."""
     entries = (e for e in Path(directory).iterdir() if e.name.endswith(_CACHE_SUFFIX))
-    return lru_files.delete_least_recently_used(entries, max_bytes)
+    return lru.delete_least_recently_used(entries, max_bytes)
 
 
 def summary(directory: Path) -> tuple[int, int]:
