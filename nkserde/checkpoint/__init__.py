@@ -5,7 +5,7 @@
     wrapper.py        checkpointed(driver, dir): run-<i> per run() call
     stops.py          final stop or interruption (NetKet's StopRun)
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
-    histories.py      logger histories in the history log: a save appends the new rows, a resume reads them back
+    logger_histories.py  logger histories in the history log: a save appends the new rows, a resume reads them back
     run_fingerprint.py  what defines a run, from content (the "same script?" check)
     retention.py      which steps stay (keep, keep_every): a pure policy
     writer.py         one write in flight, errors raised later, finished at exit

@@ -55,7 +55,7 @@ from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
 from .. import compiled_code, jax_cache
-from . import histories, run_fingerprint, scheduler
+from . import logger_histories, run_fingerprint, scheduler
 from .choice import choose_checkpoint
 from .retention import Retention
 from .schedule import DEFAULT_BUDGET, SaveSchedule, parse_every
@@ -357,7 +357,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             loggers, callbacks = _run_objects(self.loggers)
             run = _Run(loggers, callbacks, end_step)
-            run.histories = histories.HistoryLog(self.directory)
+            run.histories = logger_histories.HistoryAppender(self.directory)
             self.resumed_from, self.interrupted = None, None
             run.nothing_to_do = self._start(driver, run)
             self._check_storable(driver, run)
@@ -642,7 +642,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 self._start_from_another_run(driver)
             return False
         path = Path(chosen)
-        state = chosen_here[1] if chosen_here else histories.resolve(path, api.load_state_dict(path))
+        state = chosen_here[1] if chosen_here else logger_histories.resolve(path, api.load_state_dict(path))
         try:
             self._restore(driver, run, state)
         except NkserdeError as exc:
@@ -836,7 +836,7 @@ class _Run:
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
         self.stop = None  # a StopFlag shared by the processes of a multi-process run
         self.stopped_by: int | None = None  # the signal (or WALLTIME) that stopped the run
-        self.histories: histories.HistoryLog | None = None  # what the history log holds (process 0)
+        self.histories: logger_histories.HistoryAppender | None = None  # what the history log holds (process 0)
         self.schedule: SaveSchedule | None = None  # when to checkpoint (every)
         self.next_save: int | None = None  # several processes, every not in steps: process 0's decision
         self.snapshot_seconds = 0.0  # the run's own time in its last checkpoint's start

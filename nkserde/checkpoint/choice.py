@@ -10,7 +10,7 @@ from .. import api
 from .._log import say
 from ..checkpoint_files.directory import RunDirectory
 from ..errors import CorruptFileError, NkserdeError, RunMismatchError
-from . import histories, run_fingerprint
+from . import logger_histories, run_fingerprint
 
 
 def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every) -> tuple[Path, dict] | None:
@@ -78,4 +78,4 @@ def _read_whole(path: Path) -> dict:
     """The checkpoint's state dict, read whole (every checksum verified) with
     its loggers' histories from the history log: the read
     :func:`nkserde.checkpoint_files.directory.check` stands for."""
-    return histories.resolve(path, api.load_state_dict(path))
+    return logger_histories.resolve(path, api.load_state_dict(path))
