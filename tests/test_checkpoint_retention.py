@@ -1,8 +1,8 @@
-"""nkserde.checkpoint.retention: which checkpoint steps stay (no files)."""
+"""nkserde.checkpoint.keep_policy: which checkpoint steps stay (no files)."""
 
 import pytest
 
-from nkserde.checkpoint.retention import Retention
+from nkserde.checkpoint.keep_policy import Retention
 
 
 def test_keeps_the_newest():

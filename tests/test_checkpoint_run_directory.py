@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde.checkpoint.retention import Retention
+from nkserde.checkpoint.keep_policy import Retention
 from nkserde.directory import RunDirectory
 from nkserde.errors import FileReadError
 

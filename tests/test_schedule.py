@@ -1,4 +1,4 @@
-"""When a run checkpoints (nkserde.checkpoint.schedule): every N steps, every
+"""When a run checkpoints (nkserde.checkpoint.save_policy): every N steps, every
 so much wall-clock time, or within a budget of the run; on a fake clock
 here, and in NetKet runs where the outcome does not depend on the machine's
 speed. Several processes agreeing on the steps: tests/test_distributed.py."""
@@ -12,7 +12,7 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde.checkpoint.schedule import SaveSchedule, parse_duration, parse_every
+from nkserde.checkpoint.save_policy import SaveSchedule, parse_duration, parse_every
 
 
 @pytest.mark.parametrize(

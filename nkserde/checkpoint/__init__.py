@@ -7,7 +7,7 @@
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
     logger_histories.py  logger histories in the history log: a save appends the new rows, a resume reads them back
     run_fingerprint.py  what defines a run, from content (the "same script?" check)
-    retention.py      which steps stay (keep, keep_every): a pure policy
+    keep_policy.py    which steps stay (keep, keep_every): a pure policy
     writer.py         one write in flight, errors raised later, finished at exit
     background.py     a write advanced by a low-priority thread or the caller
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
@@ -15,7 +15,7 @@
     walltime.py       when to stop before the job's end: a pure policy on measured times
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
-    schedule.py       when to checkpoint: every N steps, every so much time, within a budget
+    save_policy.py    when to checkpoint: every N steps, every so much time, within a budget
 
 Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet.
 The directory's files and what a checkpoint file holds are

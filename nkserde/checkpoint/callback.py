@@ -57,8 +57,8 @@ from ..placement import primary
 from .. import compiled_code, jax_cache
 from . import logger_histories, run_fingerprint, scheduler
 from .choice import choose_checkpoint
-from .retention import Retention
-from .schedule import DEFAULT_BUDGET, SaveSchedule, parse_every
+from .keep_policy import Retention
+from .save_policy import DEFAULT_BUDGET, SaveSchedule, parse_every
 from .scheduler import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME, JobControl
 from .slurm import current_job
 from .signals import SignalCatcher
