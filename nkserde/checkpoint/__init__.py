@@ -11,7 +11,7 @@
     writer.py         one write in flight, errors raised later, finished at exit
     background.py     a write advanced by a low-priority thread or the caller
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
-    scheduler.py      the job around a run: walltime stop, why a signal came, requeue
+    job_control.py    the job around a run: walltime stop, why a signal came, requeue
     walltime.py       when to stop before the job's end: a pure policy on measured times
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
@@ -28,7 +28,7 @@ import importlib
 # policies, SLURM, the history logs) imports alone, without the callback
 # and NetKet.
 _NAMES = {
-    "EXIT_INTERRUPTED": ("scheduler", "EXIT_INTERRUPTED"),
+    "EXIT_INTERRUPTED": ("job_control", "EXIT_INTERRUPTED"),
     "FINAL_STOPS": ("stops", "FINAL_STOPS"),
     "RESUME_MODES": ("callback", "RESUME_MODES"),
     "Checkpoint": ("callback", "Checkpoint"),

@@ -55,11 +55,11 @@ from ..netket import internals, loggers as netket_loggers, run_loop
 from ..netket.callbacks import stateful
 from ..placement import primary
 from .. import compiled_code, jax_cache
-from . import logger_histories, run_fingerprint, scheduler
+from . import job_control, logger_histories, run_fingerprint
 from .choice import choose_checkpoint
 from .keep_policy import Retention
 from .save_policy import DEFAULT_BUDGET, SaveSchedule, parse_every
-from .scheduler import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME, JobControl
+from .job_control import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME, JobControl
 from .slurm import current_job
 from .signals import SignalCatcher
 from .snapshot import host_copy
@@ -428,7 +428,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # counted it: the driver is exactly `step_count` steps in.
         run.changing = run.dirty_step = None
         if driver.step_count > run.completed:
-            scheduler.count_step()
+            job_control.count_step()
         run.completed = driver.step_count
         now = time.monotonic()
         self._job.step_started(now)
@@ -452,7 +452,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         stop = requested if run.stop is None else run.stop.check(run.completed, requested)
         if stop is not None:
             run.stopped_by = stop
-            self.interrupted = scheduler.stop_name(stop)
+            self.interrupted = job_control.stop_name(stop)
             if run.last_saved != run.completed:
                 self._save(driver, asynchronous=False)
             what = "the job's time limit is near" if stop == WALLTIME else f"received {self.interrupted}"
@@ -803,7 +803,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self._run, self._job = None, None
         self._signals.restore()
         if current_job() is not None:  # every process of the job
-            scheduler.absorb_late_signals(self.signals)
+            job_control.absorb_late_signals(self.signals)
         unreleased = self._files.lock.release()
         if unreleased is not None:  # a read-only file system: never an exception at the run's end
             warnings.warn(
