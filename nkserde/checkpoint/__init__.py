@@ -8,8 +8,8 @@
     logger_histories.py  logger histories in the history log: a save appends the new rows, a resume reads them back
     run_fingerprint.py  what defines a run, from content (the "same script?" check)
     keep_policy.py    which steps stay (keep, keep_every): a pure policy
-    writer.py         one write in flight, errors raised later, finished at exit
-    background.py     a write advanced by a low-priority thread or the caller
+    background_write.py  one write in flight, advanced by a low-priority thread or the caller;
+                      errors raised later, finished at exit
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
     job_control.py    the job around a run: walltime stop, why a signal came, requeue
     walltime.py       when to stop before the job's end: a pure policy on measured times

@@ -64,7 +64,7 @@ from .slurm import current_job
 from .signals import SignalCatcher
 from .snapshot import host_copy
 from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop
-from .writer import CheckpointWriter
+from .background_write import CheckpointWriter
 
 RESUME_MODES = ("auto", "force", "never", "must")
 WRITE_ERROR_MODES = ("warn", "raise")
