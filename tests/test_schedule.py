@@ -12,7 +12,8 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde.checkpoint.save_policy import SaveSchedule, parse_duration, parse_every
+from nkserde.checkpoint.durations import format_duration, parse_duration
+from nkserde.checkpoint.save_policy import SaveSchedule, parse_every
 
 
 @pytest.mark.parametrize(
@@ -26,6 +27,26 @@ def test_durations(text, seconds):
 def test_a_duration_that_is_not_one_says_how_to_write_it(bad):
     with pytest.raises(ValueError, match=r"'90s', '15min' or '2h'|must be positive"):
         parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    "seconds, words",
+    [
+        (None, "?"),
+        (-3.0, "0 s"),
+        (1.5, "1.5 s"),
+        (90.0, "90 s"),
+        (65.4, "65.4 s"),
+        (900.0, "15 min"),
+        (7200.0, "2 h"),
+        (86400.0, "24 h"),
+        (7188.0, "01:59:48"),
+        (2.5 * 86400 + 1, "2.5 days"),
+    ],
+)
+def test_one_formatter_says_every_duration(seconds, words):
+    # the interval of `every` and a SLURM job's time left, in the same words
+    assert format_duration(seconds) == words
 
 
 def test_every_is_steps_a_duration_or_auto():

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 
 from .._log import say
+from .durations import format_duration
 from .slurm import Job, SlurmError
 from .walltime import WalltimeGuard
 
@@ -82,7 +82,7 @@ class JobControl:
             if left is not None:
                 guard = WalltimeGuard(now + left, lag_steps=lag_steps)
                 say(
-                    f"{label}: SLURM job {job.job_id} ends in {_duration(left)}; the run stops with a checkpoint "
+                    f"{label}: SLURM job {job.job_id} ends in {format_duration(left)}; the run stops with a checkpoint "
                     "when the time left falls below a step plus a checkpoint"
                 )
         elif isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
@@ -117,8 +117,8 @@ class JobControl:
             if not guard.due(now):
                 return False
         say(
-            f"{self.label}: {_duration(guard.time_left(now))} left before the job's end, a step and a "
-            f"checkpoint take up to {_duration(guard.reserve())}: stopping now"
+            f"{self.label}: {format_duration(guard.time_left(now))} left before the job's end, a step and a "
+            f"checkpoint take up to {format_duration(guard.reserve())}: stopping now"
         )
         return True
 
@@ -230,12 +230,3 @@ def absorb_late_signals(signals) -> None:
 
 def _late_signal(signum, frame):
     say(f"{stop_name(signum)} after the checkpointed run ended: ignored (the job's --signal; nothing to stop)")
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return time.strftime("%H:%M:%S", time.gmtime(seconds)) if seconds < 86400 else f"{seconds / 86400:.1f} days"

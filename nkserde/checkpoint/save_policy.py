@@ -30,18 +30,15 @@ the checkpoint's start); the steps in between need no communication.
 
 from __future__ import annotations
 
-import datetime
 import math
-import re
 from collections import deque
 from dataclasses import dataclass
+
+from .durations import format_duration, parse_duration
 
 DEFAULT_BUDGET = 0.01
 # steps whose duration the estimate of a step remembers (the median counts)
 RECENT_STEPS = 16
-_UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "min": 60, "minute": 60, "minutes": 60,
-          "h": 3600, "hour": 3600, "hours": 3600}  # fmt: skip
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-z]+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -61,25 +58,9 @@ class Every:
         if self.steps is not None:
             return f"every {self.steps} steps" if self.steps != 1 else "every step"
         if self.seconds is not None:
-            return f"every {_words(self.seconds)}"
-        extra = f", and Young's interval for a failure every {_words(self.mtbf)}" if self.mtbf else ""
+            return f"every {format_duration(self.seconds)}"
+        extra = f", and Young's interval for a failure every {format_duration(self.mtbf)}" if self.mtbf else ""
         return f"as often as keeps checkpointing within {self.budget:.0%} of the run{extra}"
-
-
-def parse_duration(value) -> float:
-    """Seconds of ``"90s"``, ``"15min"``, ``"2h"``, a ``timedelta`` or a
-    number of seconds; ValueError otherwise."""
-    if isinstance(value, datetime.timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and (match := _DURATION.match(value.lower())) and match.group(2) in _UNITS:
-        seconds = float(match.group(1)) * _UNITS[match.group(2)]
-    else:
-        raise ValueError(f"{value!r} is not a duration: write it as '90s', '15min' or '2h' (or a timedelta)")
-    if not seconds > 0:
-        raise ValueError(f"{value!r}: a duration must be positive")
-    return seconds
 
 
 def parse_every(every, *, budget: float = DEFAULT_BUDGET, mtbf=None) -> Every:
@@ -167,12 +148,3 @@ class SaveSchedule:
         if interval is None or step is None or step <= 0:
             return completed + 1
         return completed + max(1, math.ceil(interval / step))
-
-
-def _words(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    for unit, size in (("h", 3600), ("min", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds // size:.0f} {unit}"
-    return f"{seconds:g} s"
