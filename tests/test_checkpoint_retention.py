@@ -37,7 +37,7 @@ def test_checkpoint_keep_every_0_keeps_no_extra_steps(tmp_path):
     import nkserde
 
     # keep_every=0 has always meant "no multiples kept besides the newest"
-    assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0)._retention == Retention(keep=2)
+    assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0)._saver.keep == Retention(keep=2)
 
 
 def test_retention_waits_for_the_newest_checkpoint_to_verify(tmp_path, monkeypatch):

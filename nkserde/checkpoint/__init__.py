@@ -1,7 +1,11 @@
 """Checkpoint and resume a NetKet run: the :class:`Checkpoint` callback and
 :func:`checkpointed`. The parts, each usable and tested alone:
 
-    callback.py       Checkpoint: NetKet's hooks, what a checkpoint holds, the restore
+    callback.py       Checkpoint: NetKet's hooks, the state machine of a run
+    run_state.py      what a Checkpoint tracks while one run() call goes on
+    restore.py        what a checkpoint holds of a run, and the resume that puts it back in place
+    saving.py         the save path: write, verify, retire; write errors warned or raised
+    interruptions.py  what stops a run early (signals, walltime, the processes' stop flag), the requeue after
     wrapper.py        checkpointed(driver, dir): run-<i> per run() call
     stops.py          final stop or interruption (NetKet's StopRun)
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
@@ -16,8 +20,10 @@
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
     save_policy.py    when to checkpoint: every N steps, every so much time, within a budget
+    durations.py      durations as options give them and messages say them
 
-Only callback.py, wrapper.py, stops.py and run_fingerprint.py know NetKet.
+Only callback.py, restore.py, saving.py, wrapper.py, stops.py and
+run_fingerprint.py know NetKet (restore.py through nkserde.netket).
 The directory's files and what a checkpoint file holds are
 nkserde.checkpoint_files's (below ``api``; the command line reads them).
 """
