@@ -18,6 +18,7 @@ import builders as B
 import nkserde
 from nkserde.checkpoint import job_control, slurm
 from nkserde.checkpoint.job_control import WALLTIME, JobControl
+from nkserde.checkpoint.process_runs import PROCESS_RUNS
 from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
 from nkserde.directory import DirectoryLock
 
@@ -130,7 +131,7 @@ RUNNING = "JobState=RUNNING Reason=None Requeue=1 Restarts=0 BatchFlag=1 ExitCod
 
 @pytest.fixture
 def progressed(monkeypatch):
-    monkeypatch.setattr(job_control, "_steps_done_here", 1)
+    monkeypatch.setattr(PROCESS_RUNS, "steps_done", 1)
     # the requeue ignores the SIGTERM SLURM sends next: put it back after the test
     previous = signal.getsignal(signal.SIGTERM)
     yield
@@ -173,7 +174,7 @@ def test_requeue_never_leaves_it_to_the_job_script(progressed):
 
 
 def test_a_job_that_completed_no_step_is_not_requeued(monkeypatch, caplog):
-    monkeypatch.setattr(job_control, "_steps_done_here", 0)
+    monkeypatch.setattr(PROCESS_RUNS, "steps_done", 0)
     job = RecordingJob(RUNNING)
     with caplog.at_level(logging.INFO, logger="nkserde"):
         assert not control(job).after_stop(signal.SIGUSR1, SIGNALS)

@@ -7,6 +7,7 @@
     saving.py         the save path: write, verify, retire; write errors warned or raised
     interruptions.py  what stops a run early (signals, walltime, the processes' stop flag), the requeue after
     wrapper.py        checkpointed(driver, dir): run-<i> per run() call
+    process_runs.py   what the process remembers across its runs (run numbering, steps, keys): one owner
     stops.py          final stop or interruption (NetKet's StopRun)
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
     logger_histories.py  logger histories in the history log: a save appends the new rows, a resume reads them back
@@ -39,7 +40,7 @@ _NAMES = {
     "RESUME_MODES": ("callback", "RESUME_MODES"),
     "Checkpoint": ("callback", "Checkpoint"),
     "checkpointed": ("wrapper", "checkpointed"),
-    "reset_run_numbering": ("wrapper", "reset_run_numbering"),
+    "reset_run_numbering": ("process_runs", "reset_run_numbering"),
     "fingerprint": ("run_fingerprint", "fingerprint"),
     "fingerprint_changes": ("run_fingerprint", "changes"),
 }

@@ -54,6 +54,7 @@ from .interruptions import Interruptions
 from .job_control import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME
 from .keep_policy import Retention
 from .logger_histories import HistoryAppender
+from .process_runs import PROCESS_RUNS
 from .run_state import Run
 from .save_policy import DEFAULT_BUDGET, SaveSchedule, parse_every
 from .saving import Saver
@@ -356,7 +357,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # counted it: the driver is exactly `step_count` steps in.
         run.changing = run.dirty_step = None
         if driver.step_count > run.completed:
-            job_control.count_step()
+            PROCESS_RUNS.count_step()
         run.completed = driver.step_count
         now = time.monotonic()
         self._stops.step_started(now)

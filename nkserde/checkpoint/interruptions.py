@@ -15,7 +15,6 @@ the stopped (or failed) run is checkpointed. No NetKet.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 
@@ -26,6 +25,7 @@ from ..checkpoint_files.directory import RunDirectory
 from ..processes.jax_service import coordination_name, multi_process, stop_flag
 from . import job_control
 from .job_control import WALLTIME, JobControl
+from .process_runs import PROCESS_RUNS
 from .run_state import Run
 from .signals import SignalCatcher
 from .slurm import current_job
@@ -72,7 +72,7 @@ class Interruptions:
             now=time.monotonic(),
         )
         if multi_process() and (self.signals or self.walltime is not None):
-            self._flag = stop_flag(_numbered(coordination_name("checkpoint:stop", self.directory)))
+            self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
 
     def step_started(self, now: float) -> None:
         self.job.step_started(now)
@@ -122,12 +122,3 @@ class Interruptions:
             job.after_error(count, self.requeue_on_error, count_it=files.count_error_requeue)
         except Exception as exc:  # never mask the error that stopped the run
             say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)
-
-
-_RUNS: dict[str, itertools.count] = {}
-
-
-def _numbered(name: str) -> str:
-    """``name`` and how many runs in this process used it before: every
-    process runs the same sequence, so each run gets its own keys."""
-    return f"{name}:{next(_RUNS.setdefault(name, itertools.count()))}"

@@ -21,6 +21,7 @@ import signal
 
 from .._log import say
 from .durations import format_duration
+from .process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
 from .walltime import WalltimeGuard
 
@@ -33,10 +34,6 @@ EXIT_INTERRUPTED = 75
 
 REQUEUE_MODES = ("auto", "never")
 
-# steps completed by checkpointed runs in this process: a job that made no
-# progress is not requeued (its next attempt would make none either)
-_steps_done_here = 0
-
 
 def stop_name(reason: int) -> str:
     """``"walltime"`` or the signal's name (``"SIGUSR1"``)."""
@@ -46,15 +43,6 @@ def stop_name(reason: int) -> str:
         return signal.Signals(reason).name
     except ValueError:
         return f"signal {reason}"
-
-
-def count_step() -> None:
-    global _steps_done_here
-    _steps_done_here += 1
-
-
-def progressed() -> bool:
-    return _steps_done_here > 0
 
 
 class JobControl:
@@ -160,7 +148,7 @@ class JobControl:
             what = "not a batch job" if not state.batch else "submitted with --no-requeue"
             say(f"{self.label}: SLURM job {job.job_id} cannot be requeued ({what}): submit it again to resume")
             return False
-        if not progressed():
+        if not PROCESS_RUNS.progressed:  # its next attempt would make no progress either
             say(
                 f"{self.label}: not requeued: this job completed no step before {why} (a step and a "
                 "checkpoint take longer than the job has?)",

@@ -7,20 +7,7 @@ from pathlib import Path
 
 from .._log import say
 from .callback import Checkpoint
-
-# run() calls made so far in this process per checkpointed(...) directory
-_RUN_CALLS: dict[str, int] = {}
-# per directory, the run() call of this process that was interrupted (a
-# Timeout, a StopRun that is not final): the later ones do not start
-_INTERRUPTED: dict[str, str] = {}
-
-
-def reset_run_numbering() -> None:
-    """Numbers the next ``run()`` calls of checkpointed drivers from
-    ``run-0`` again, as in a new process: for tests and notebooks that
-    restart a script within one Python process."""
-    _RUN_CALLS.clear()
-    _INTERRUPTED.clear()
+from .process_runs import PROCESS_RUNS
 
 
 def checkpointed(driver, directory, **options):
@@ -55,12 +42,10 @@ def checkpointed(driver, directory, **options):
     directory = Path(directory)
 
     def run(self, *args, callback=None, **kwargs):
-        key = str(directory.resolve())
-        index = _RUN_CALLS.get(key, 0)
-        _RUN_CALLS[key] = index + 1
-        if key in _INTERRUPTED:
+        index, blocked = PROCESS_RUNS.next_run(directory)
+        if blocked is not None:
             say(
-                f"{directory / f'run-{index}'}: not started: {_INTERRUPTED[key]}, and this run would begin "
+                f"{directory / f'run-{index}'}: not started: {blocked}, and this run would begin "
                 "from its unfinished state; run the same script again: it resumes that run, then starts this one"
             )
             return None
@@ -69,7 +54,9 @@ def checkpointed(driver, directory, **options):
         callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
         result = base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
         if ckpt.interrupted:
-            _INTERRUPTED[key] = f"run-{index} was interrupted by {ckpt.interrupted} at step {self.step_count}"
+            PROCESS_RUNS.interrupted(
+                directory, f"run-{index} was interrupted by {ckpt.interrupted} at step {self.step_count}"
+            )
         return result
 
     run.__doc__ = base.run.__doc__
