@@ -12,7 +12,7 @@
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
     logger_histories.py  logger histories in the history log: a save appends the new rows, a resume reads them back
     run_fingerprint.py  what defines a run, from content (the "same script?" check)
-    keep_policy.py    which steps stay (keep, keep_every): a pure policy
+    keep_policy.py    which steps stay (keep=): KeepLatest, KeepMultiples, KeepAny; pure
     background_write.py  one write in flight, advanced by a low-priority thread or the caller;
                       errors raised later, finished at exit
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
@@ -20,11 +20,13 @@
     walltime.py       when to stop before the job's end: a pure policy on measured times
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
-    save_policy.py    when to checkpoint: every N steps, every so much time, within a budget
+    save_policy.py    when to checkpoint (every=): EverySteps, EveryDuration, WithinBudget, SaveAny; pure
+    options.py        CheckpointOptions: every option of a Checkpoint, checked once
+    option_checks.py  the table of string options, the one error shape, the checks the options share
     durations.py      durations as options give them and messages say them
 
-Only callback.py, restore.py, saving.py, wrapper.py, stops.py and
-run_fingerprint.py know NetKet (restore.py through nkserde.netket).
+Only callback.py, restore.py, saving.py, options.py (the default
+final_stops), wrapper.py, stops.py and run_fingerprint.py know NetKet.
 The directory's files and what a checkpoint file holds are
 nkserde.checkpoint_files's (below ``api``; the command line reads them).
 """
@@ -37,8 +39,18 @@ import importlib
 _NAMES = {
     "EXIT_INTERRUPTED": ("job_control", "EXIT_INTERRUPTED"),
     "FINAL_STOPS": ("stops", "FINAL_STOPS"),
-    "RESUME_MODES": ("callback", "RESUME_MODES"),
+    "RESUME_MODES": ("option_checks", "RESUME_MODES"),
     "Checkpoint": ("callback", "Checkpoint"),
+    # when to save (every=) and what to keep (keep=): policies that combine with |
+    "EverySteps": ("save_policy", "EverySteps"),
+    "EveryDuration": ("save_policy", "EveryDuration"),
+    "WithinBudget": ("save_policy", "WithinBudget"),
+    "SaveAny": ("save_policy", "SaveAny"),
+    "SavePolicy": ("save_policy", "SavePolicy"),
+    "KeepLatest": ("keep_policy", "KeepLatest"),
+    "KeepMultiples": ("keep_policy", "KeepMultiples"),
+    "KeepAny": ("keep_policy", "KeepAny"),
+    "KeepPolicy": ("keep_policy", "KeepPolicy"),
     "checkpointed": ("wrapper", "checkpointed"),
     "reset_run_numbering": ("process_runs", "reset_run_numbering"),
     "fingerprint": ("run_fingerprint", "fingerprint"),

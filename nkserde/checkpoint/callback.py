@@ -31,12 +31,10 @@ parts of their own. NetKet's run loop through nkserde.netket.run_loop.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
 import jax
 import netket as nk
@@ -51,17 +49,14 @@ from ..netket import internals, run_loop
 from ..processes.jax_service import multi_process
 from . import job_control, restore
 from .interruptions import Interruptions
-from .job_control import EXIT_INTERRUPTED, REQUEUE_MODES, WALLTIME
-from .keep_policy import Retention
+from .job_control import DEFAULT_SIGNALS, EXIT_INTERRUPTED, WALLTIME
 from .logger_histories import HistoryAppender
+from .options import CheckpointOptions
 from .process_runs import PROCESS_RUNS
 from .run_state import Run
-from .save_policy import DEFAULT_BUDGET, SaveSchedule, parse_every
+from .save_policy import DEFAULT_BUDGET, SaveSchedule
 from .saving import Saver
 from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop
-
-RESUME_MODES = ("auto", "force", "never", "must")
-WRITE_ERROR_MODES = ("warn", "raise")
 
 
 class Checkpoint(nk.callbacks.AbstractCallback):
@@ -70,16 +65,23 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     Args:
       directory: where the checkpoints go (created if needed).
       every: when to checkpoint (and always at the end): every ``every``
-        completed steps (an int); every so much wall-clock time (``"90s"``,
-        ``"15min"``, ``"2h"``, a ``timedelta``); or ``"auto"``, as often as
-        keeps checkpointing within ``budget`` of the run (and, given
-        ``mtbf``, Young's interval for that failure rate).
+        completed steps (an int, :class:`~nkserde.EverySteps`); every so
+        much wall-clock time (``"90s"``, ``"15min"``, ``"2h"``, a
+        ``timedelta``: :class:`~nkserde.EveryDuration`); ``"auto"``, as
+        often as keeps checkpointing within ``budget`` of the run (and,
+        given ``mtbf``, Young's interval for that failure rate:
+        :class:`~nkserde.WithinBudget`); or any of these policies combined,
+        ``EverySteps(100) | EveryDuration("15min")``: whichever comes first.
       budget: with ``every="auto"``, the fraction of the run's time that
         checkpoints may cost (default 0.01).
       mtbf: with ``every="auto"``, the mean time between failures of the
         machine (a duration), if known.
-      keep: how many of the newest checkpoints to keep.
-      keep_every: also keep every checkpoint whose step is a multiple of it.
+      keep: how many of the newest checkpoints to keep
+        (:class:`~nkserde.KeepLatest`), or a keep policy:
+        ``KeepLatest(3) | KeepMultiples(1000)``. The newest checkpoint is
+        always kept.
+      keep_every: also keep every checkpoint whose step is a multiple of it
+        (:class:`~nkserde.KeepMultiples`).
       resume: ``"auto"`` (resume if there is a checkpoint of the same run,
         refuse if the script changed), ``"force"`` (resume even if the
         fingerprint changed, where shapes allow), ``"never"`` (start fresh;
@@ -153,31 +155,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     """
 
     directory: Path = struct.field(pytree_node=False, serialize=False)
-    every: Any = struct.field(pytree_node=False, serialize=False)
-    keep: int = struct.field(pytree_node=False, serialize=False)
-    keep_every: int | None = struct.field(pytree_node=False, serialize=False)
-    resume: str = struct.field(pytree_node=False, serialize=False)
-    loggers: tuple = struct.field(pytree_node=False, serialize=False)
-    async_save: bool = struct.field(pytree_node=False, serialize=False)
-    signals: tuple = struct.field(pytree_node=False, serialize=False)
-    final_stops: tuple = struct.field(pytree_node=False, serialize=False)
-    on_write_error: str = struct.field(pytree_node=False, serialize=False)
-    requeue: str = struct.field(pytree_node=False, serialize=False)
-    requeue_on_error: int = struct.field(pytree_node=False, serialize=False)
-    walltime: Any = struct.field(pytree_node=False, serialize=False)
-    compile_cache: Any = struct.field(pytree_node=False, serialize=False)
-    init_from: Path | None = struct.field(pytree_node=False, serialize=False)
-    at: str | None = struct.field(pytree_node=False, serialize=False)
-    strict: bool = struct.field(pytree_node=False, serialize=False)
-    rename: Any = struct.field(pytree_node=False, serialize=False)
+    options: CheckpointOptions = struct.field(pytree_node=False, serialize=False)
     resumed_from: int | None = struct.field(pytree_node=False, serialize=False)
     interrupted: str | None = struct.field(pytree_node=False, serialize=False)
-    # the parts it delegates to
+    # the parts it delegates to, and the run going on
     _files: RunDirectory = struct.field(pytree_node=False, serialize=False)
     _saver: Saver = struct.field(pytree_node=False, serialize=False)
     _stops: Interruptions = struct.field(pytree_node=False, serialize=False)
-    _every: Any = struct.field(pytree_node=False, serialize=False)
-    # the run being checkpointed
     _run: Run | None = struct.field(pytree_node=False, serialize=False)
 
     def __init__(
@@ -187,12 +171,12 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         every=50,
         budget: float = DEFAULT_BUDGET,
         mtbf=None,
-        keep: int = 3,
+        keep=3,
         keep_every: int | None = None,
         resume: str = "auto",
         loggers=(),
         async_save: bool = True,
-        signals=(signal.SIGTERM, signal.SIGUSR1),
+        signals=DEFAULT_SIGNALS,
         final_stops=FINAL_STOPS,
         on_write_error: str = "warn",
         requeue: str = "auto",
@@ -204,50 +188,26 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         strict: bool = True,
         rename=None,
     ):
-        if resume not in RESUME_MODES:
-            raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}")
-        if on_write_error not in WRITE_ERROR_MODES:
-            raise ValueError(f"on_write_error must be one of {WRITE_ERROR_MODES}, got {on_write_error!r}")
-        retention = Retention(int(keep), keep_every or None)  # validates both; keep_every 0: none, as before
-        self._every = parse_every(every, budget=budget, mtbf=mtbf)
-        if requeue not in REQUEUE_MODES:
-            raise ValueError(f"requeue must be one of {REQUEUE_MODES}, got {requeue!r}")
-        if isinstance(requeue_on_error, bool) or not isinstance(requeue_on_error, int) or requeue_on_error < 0:
-            raise ValueError(f"requeue_on_error must be an int >= 0, got {requeue_on_error!r}")
-        if not (
-            walltime is None
-            or walltime == "auto"
-            or (isinstance(walltime, (int, float)) and not isinstance(walltime, bool) and walltime > 0)
-        ):
-            raise ValueError(f'walltime must be "auto", None or a positive number of seconds, got {walltime!r}')
+        self.options = CheckpointOptions.parse(
+            every=every, budget=budget, mtbf=mtbf, keep=keep, keep_every=keep_every, resume=resume,
+            loggers=loggers, async_save=async_save, signals=signals, final_stops=final_stops,
+            on_write_error=on_write_error, requeue=requeue, requeue_on_error=requeue_on_error,
+            walltime=walltime, compile_cache=compile_cache, init_from=init_from, at=at, strict=strict,
+            rename=rename,
+        )  # fmt: skip
         self.directory = Path(directory)
         problem = unusable(self.directory)  # a file in its place, a read-only file system: say so now
         if problem is not None:
             raise problem
-        self.every, self.keep, self.keep_every = every, int(keep), keep_every
-        self.resume = resume
-        self.loggers = tuple(loggers)
-        self.async_save = bool(async_save)
-        self.signals = tuple(signals)
-        self.final_stops = tuple(final_stops)
-        self.on_write_error = on_write_error
-        self.requeue, self.requeue_on_error, self.walltime = requeue, requeue_on_error, walltime
-        self.compile_cache = compile_cache
         if compile_cache == "auto":
             if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
                 compiled_code.use_default()  # a directory the script chose stays
         elif compile_cache is not None and compile_cache is not False:
             compiled_code.use(compile_cache)
-        self.init_from = None if init_from is None else Path(init_from)
-        self.at, self.strict, self.rename = at, bool(strict), rename
-        self.resumed_from = None
-        self.interrupted = None
+        self.resumed_from = self.interrupted = self._run = None
         self._files = RunDirectory(self.directory)
-        self._saver = Saver(self._files, keep=retention, on_write_error=on_write_error)
-        self._stops = Interruptions(
-            self.directory, signals=self.signals, requeue=requeue, requeue_on_error=requeue_on_error, walltime=walltime
-        )
-        self._run = None
+        self._saver = Saver(self._files, keep=self.options.keep, on_write_error=self.options.on_write_error)
+        self._stops = Interruptions(self.directory, self.options.job)
 
     @property
     def callback_order(self) -> int:
@@ -295,19 +255,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
         self._files.create()  # CheckpointDirectoryError: it became unusable since Checkpoint(...)
         try:
-            run = Run(*restore.run_objects(self.loggers, checkpoints=Checkpoint), end_step)
+            run = Run(*restore.run_objects(self.options.loggers, checkpoints=Checkpoint), end_step)
             run.histories = HistoryAppender(self.directory)
             self.resumed_from, self.interrupted = None, None
-            init_from = None if self.init_from is None else (self.init_from, self.at, self.strict, self.rename)
-            self.resumed_from = restore.resume(
-                driver, run, self._files, mode=self.resume, every=self._every, init_from=init_from
-            )
+            self.resumed_from = restore.resume(driver, run, self._files, self.options)
             restore.check_storable(driver, run, self.directory)
             # nothing of this run to save until it completes a step
             run.completed = run.last_saved = driver.step_count
-            run.schedule = SaveSchedule(self._every)
+            run.schedule = SaveSchedule(self.options.every)
             run.schedule.started(time.monotonic())
-            if multi_process() and not self._every.in_steps:
+            if multi_process() and not self.options.every.in_steps:
                 # the first checkpoint after the first step measures one; then
                 # process 0 decides each next one (clocks differ between processes)
                 run.next_save = run.completed + 1
@@ -383,7 +340,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             what = "the job's time limit is near" if stop == WALLTIME else f"received {self.interrupted}"
             raise nk.callbacks.StopRun(f"{what}: checkpointed step {run.completed} in {self.directory}")
         if run.unsaved and run.save_due(now):
-            self._save(driver, asynchronous=self.async_save)
+            self._save(driver, asynchronous=self.options.async_save)
             run.schedule.taken(now)
             if run.next_save is not None:
                 run.agree_on_next_save(self.directory)
@@ -400,7 +357,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             # or a StopRun at a step's start, NetKet has counted every step.)
             stop = sys.exc_info()[1]  # NetKet calls on_run_end while handling it
             after_update = run.dirty_step is not None and run.dirty_step == driver.step_count
-            final, raiser = classify_stop(stop, self.final_stops)
+            final, raiser = classify_stop(stop, self.options.final_stops)
             # a StopRun after the step began changing the driver, before its
             # update (a callback's on_compute_update_end): half a step, never
             # checkpointed; the newest checkpoint stays what resumes
@@ -445,7 +402,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             # program, so that no later code or run() starts from this
             # unfinished state
             if jax.process_index() == 0:
-                job.after_stop(run.stopped_by, self.signals)
+                job.after_stop(run.stopped_by, self.options.job.signals)
             raise SystemExit(EXIT_INTERRUPTED)
 
     def on_run_error(self, step, error, driver):

@@ -5,12 +5,12 @@ job it runs in, the stop flag the processes of a multi-process run share
 so that they all stop at the same step, and the requeue of the job once
 the stopped (or failed) run is checkpointed. No NetKet.
 
-    stops = Interruptions("ckpt", signals=(SIGTERM,), requeue="auto", walltime="auto")
+    stops = Interruptions("ckpt", JobOptions(walltime="auto", requeue="auto"))
     stops.start(run)                     # on_run_start: handlers, the job, the flag
     stops.step_started(now)              # every step start
     reason = stops.requested(run, now)   # stop now, with a checkpoint? (every process agrees)
     job = stops.end()                    # the run's end: handlers put back
-    job.after_stop(reason, stops.signals)   # process 0, once the run is checkpointed
+    job.after_stop(reason, signals)      # process 0, once the run is checkpointed
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .._log import say
 from ..checkpoint_files.directory import RunDirectory
 from ..processes.jax_service import coordination_name, multi_process, stop_flag
 from . import job_control
-from .job_control import WALLTIME, JobControl
+from .job_control import WALLTIME, JobControl, JobOptions
 from .process_runs import PROCESS_RUNS
 from .run_state import Run
 from .signals import SignalCatcher
@@ -32,20 +32,18 @@ from .slurm import current_job
 
 
 class Interruptions:
-    """The stops of the runs checkpointed in ``directory``: on ``signals``,
-    by the job's ``walltime`` (``"auto"``, seconds, None), and the
-    ``requeue`` of its job that follows (``requeue_on_error`` times for a
-    run that failed)."""
+    """The stops of the runs checkpointed in ``directory``, as ``options``
+    say: on its signals, by the job's walltime, and the requeue of the job
+    that follows."""
 
-    def __init__(self, directory, *, signals=(), requeue: str = "auto", requeue_on_error: int = 0, walltime=None):
+    def __init__(self, directory, options: JobOptions):
         self.directory = directory
-        self.signals = tuple(signals)
-        self.requeue, self.requeue_on_error, self.walltime = requeue, requeue_on_error, walltime
+        self.options = options
         self.job: JobControl | None = None  # the job of the run going on
         self._run: Run | None = None
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
         self.catcher = SignalCatcher(
-            self.signals,
+            options.signals,
             # Ctrl-C from a step's sampling to its end, or in a save: the
             # step (the save) finishes, is checkpointed, then Ctrl-C is raised
             busy=lambda: self._run is not None and (self._run.changing is not None or self._run.saving),
@@ -65,13 +63,13 @@ class Interruptions:
         self.catcher.install()
         self.job = JobControl.start(
             current_job() if jax.process_index() == 0 else None,
-            requeue=self.requeue,
-            walltime=self.walltime if jax.process_index() == 0 else None,
+            requeue=self.options.requeue,
+            walltime=self.options.walltime if jax.process_index() == 0 else None,
             lag_steps=2 if multi_process() else 0,  # the stop flag's slack (coordination.StopFlag)
             label=str(self.directory),
             now=time.monotonic(),
         )
-        if multi_process() and (self.signals or self.walltime is not None):
+        if multi_process() and (self.options.signals or self.options.walltime is not None):
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
 
     def step_started(self, now: float) -> None:
@@ -108,17 +106,18 @@ class Interruptions:
         job, self.job, self._run, self._flag = self.job, None, None, None
         self.catcher.restore()
         if current_job() is not None:  # every process of the job
-            job_control.absorb_late_signals(self.signals)
+            job_control.absorb_late_signals(self.options.signals)
         return job
 
     def requeue_after_error(self, job: JobControl | None, files: RunDirectory) -> None:
         """Process 0, once the run that failed is checkpointed: the requeue,
         at most ``requeue_on_error`` times over the run's jobs."""
-        if job is None or not self.requeue_on_error:
+        limit = self.options.requeue_on_error
+        if job is None or not limit:
             return
         try:
             count = files.error_requeues()
             # counted before the requeue: SLURM ends the job as soon as it is requeued
-            job.after_error(count, self.requeue_on_error, count_it=files.count_error_requeue)
+            job.after_error(count, limit, count_it=files.count_error_requeue)
         except Exception as exc:  # never mask the error that stopped the run
             say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)

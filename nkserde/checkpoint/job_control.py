@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import signal
+from dataclasses import dataclass
 
 from .._log import say
 from .durations import format_duration
+from .option_checks import bad_option, is_number, one_of, whole
 from .process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
 from .walltime import WalltimeGuard
@@ -32,7 +34,28 @@ WALLTIME = 1000
 # resumes it. What a job script tests instead of a file of its own.
 EXIT_INTERRUPTED = 75
 
-REQUEUE_MODES = ("auto", "never")
+DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What a checkpointed run does about the job it runs in, checked (the
+    Checkpoint's options of these names): ``walltime`` (``"auto"``,
+    seconds from the run's start, or None), ``requeue`` (``"auto"``,
+    ``"never"``), ``requeue_on_error`` (an int >= 0) and the ``signals``
+    that stop a run with a checkpoint."""
+
+    walltime: float | str | None = "auto"
+    requeue: str = "auto"
+    requeue_on_error: int = 0
+    signals: tuple = DEFAULT_SIGNALS
+
+    def __post_init__(self):
+        if not (self.walltime is None or self.walltime == "auto" or (is_number(self.walltime) and self.walltime > 0)):
+            raise bad_option("walltime", '"auto", None or a positive number of seconds', self.walltime)
+        one_of("requeue", self.requeue)
+        whole("requeue_on_error", self.requeue_on_error, least=0)
+        object.__setattr__(self, "signals", tuple(self.signals))
 
 
 def stop_name(reason: int) -> str:

@@ -1,39 +1,45 @@
-"""Which checkpoints a directory keeps: a pure policy, no files.
+"""Which checkpoints a directory keeps: small frozen policies the user can
+combine. Pure: no files.
 
->>> Retention(keep=2, keep_every=10).retired([5, 10, 15, 20, 25], newest=25)
+>>> policy = KeepLatest(2) | KeepMultiples(10)
+>>> policy.retired([5, 10, 15, 20, 25], newest=25)
 [5, 15]
+
+* :class:`KeepLatest` ``(n)``, ``keep=n``: the ``n`` newest checkpoints;
+* :class:`KeepMultiples` ``(k)``, ``keep_every=k``: every checkpoint whose
+  step is a multiple of ``k``;
+* :class:`KeepAny` ``(a, b, ...)``, ``a | b``: what any of them keeps.
+
+Whatever the policy, retention only considers the steps up to ``newest``
+(the checkpoint just written and verified) and always keeps that one: a
+newer file than the one that triggered retention is never touched, a
+checkpoint that failed never retires the good ones before it (retention
+runs only after a verified write), and there is always a checkpoint to
+resume.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .option_checks import bad_option, combined, whole
 
 
-@dataclass(frozen=True)
-class Retention:
-    """Keeps the ``keep`` newest checkpoints, and every checkpoint whose step
-    is a multiple of ``keep_every`` (None: none besides the newest).
+class KeepPolicy:
+    """Which checkpoint steps stay: a frozen value retention asks after
+    every verified write. Combine policies with ``|`` (:class:`KeepAny`)."""
 
-    Only steps up to ``newest`` (the checkpoint just written and verified)
-    are considered: a newer file than the one that triggered retention is
-    never touched, and a checkpoint that failed never retires the good ones
-    before it (retention runs only after a verified write)."""
-
-    keep: int = 3
-    keep_every: int | None = None
-
-    def __post_init__(self):
-        if self.keep < 1:
-            raise ValueError(f"keep must be >= 1, got {self.keep}")
-        if self.keep_every is not None and self.keep_every < 1:
-            raise ValueError(f"keep_every must be >= 1 or None, got {self.keep_every}")
+    def keeps(self, steps: list[int]) -> set[int]:
+        """Of ``steps`` (ascending, none newer than the one just verified),
+        those this policy keeps."""
+        raise NotImplementedError
 
     def kept(self, steps, newest: int) -> list[int]:
-        """The steps of ``steps`` that stay, ascending."""
+        """The steps of ``steps`` that stay once ``newest`` is written and
+        verified, ascending: those the policy keeps, ``newest`` itself and
+        any newer one."""
         candidates = sorted(s for s in steps if s <= newest)
-        keep = set(candidates[-self.keep :])
-        if self.keep_every:
-            keep |= {s for s in candidates if s % self.keep_every == 0}
+        keep = self.keeps(candidates) | set(candidates[-1:])
         keep |= {s for s in steps if s > newest}
         return sorted(keep)
 
@@ -41,3 +47,77 @@ class Retention:
         """The steps of ``steps`` to delete, ascending."""
         kept = set(self.kept(steps, newest))
         return sorted(s for s in steps if s not in kept)
+
+    def __or__(self, other: KeepPolicy) -> KeepAny:
+        return KeepAny(self, other)
+
+
+@dataclass(frozen=True)
+class KeepLatest(KeepPolicy):
+    """The ``n`` (>= 1) newest checkpoints."""
+
+    n: int = 3
+
+    def __post_init__(self):
+        whole("KeepLatest(n)", self.n, least=1)
+
+    def keeps(self, steps: list[int]) -> set[int]:
+        return set(steps[-self.n :])
+
+    def __str__(self) -> str:
+        return f"the newest {self.n}"
+
+
+@dataclass(frozen=True)
+class KeepMultiples(KeepPolicy):
+    """Every checkpoint whose step is a multiple of ``k`` (>= 1)."""
+
+    k: int
+
+    def __post_init__(self):
+        whole("KeepMultiples(k)", self.k, least=1)
+
+    def keeps(self, steps: list[int]) -> set[int]:
+        return {s for s in steps if s % self.k == 0}
+
+    def __str__(self) -> str:
+        return f"every multiple of {self.k}"
+
+
+@dataclass(frozen=True, init=False)
+class KeepAny(KeepPolicy):
+    """What any of ``policies`` keeps."""
+
+    policies: tuple[KeepPolicy, ...] = field()
+
+    def __init__(self, *policies: KeepPolicy):
+        expected = "keep policies (KeepLatest, KeepMultiples)"
+        object.__setattr__(self, "policies", combined("KeepAny(...)", policies, KeepPolicy, expected))
+
+    def keeps(self, steps: list[int]) -> set[int]:
+        return set().union(*(p.keeps(steps) for p in self.policies))
+
+    def __str__(self) -> str:
+        return " and ".join(map(str, self.policies))
+
+
+def parse_keep(keep, keep_every=None) -> KeepPolicy:
+    """The Checkpoint's ``keep`` and ``keep_every`` as one policy: ``keep`` a
+    :class:`KeepPolicy` or a number of newest checkpoints (>= 1, as
+    ``int(keep)``), and with ``keep_every`` (None or 0: none) the
+    multiples of it too; ValueError otherwise."""
+    if isinstance(keep, KeepPolicy):
+        policy = keep
+    else:
+        try:
+            count = int(keep)
+        except (TypeError, ValueError):
+            raise bad_option("keep", "a number of checkpoints >= 1 or a keep policy", keep) from None
+        if count < 1:
+            raise bad_option("keep", "a number of checkpoints >= 1 or a keep policy", keep)
+        policy = KeepLatest(count)
+    if not keep_every:  # None, and 0 as it always was: no multiples kept besides the newest
+        return policy
+    if isinstance(keep_every, bool) or not isinstance(keep_every, int) or keep_every < 1:
+        raise bad_option("keep_every", "an int >= 1 or None", keep_every)
+    return policy | KeepMultiples(keep_every)

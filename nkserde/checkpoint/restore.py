@@ -30,6 +30,7 @@ from ..placement import primary
 from ..processes.jax_service import coordination_name, on_process_0
 from . import logger_histories, run_fingerprint
 from .choice import choose_checkpoint
+from .options import CheckpointOptions, InitFrom
 from .run_state import Run
 
 
@@ -103,20 +104,19 @@ def check_storable(driver, run: Run, directory) -> None:
         raise in_file(exc, f"{directory}: this run cannot be checkpointed") from None
 
 
-def resume(driver, run: Run, files: RunDirectory, *, mode: str, every, init_from) -> int | None:
+def resume(driver, run: Run, files: RunDirectory, options: CheckpointOptions) -> int | None:
     """Decides on process 0 what to resume (lock, fingerprint, newest
-    checkpoint that verifies, under the resume ``mode``) and tells every
+    checkpoint that verifies, under ``options.resume``) and tells every
     process; then every process loads that checkpoint into the driver and
     the run's objects. Sets ``run.nothing_to_do`` if the run already
     stopped for good. Returns the step resumed, or None for a fresh start
-    (from ``init_from``'s variational state, if given: ``(source, at,
-    strict, rename)``)."""
+    (from the variational state of ``options.init_from``, if given)."""
     directory = files.path
     current = run_fingerprint.fingerprint(driver)
     chosen_here = []  # process 0 keeps the state it verified
 
     def decide():
-        choice = choose_checkpoint(files, mode, current, every=every)
+        choice = choose_checkpoint(files, options.resume, current, every=options.every)
         chosen_here.extend(choice or ())
         return str(choice[0]) if choice else None
 
@@ -127,8 +127,8 @@ def resume(driver, run: Run, files: RunDirectory, *, mode: str, every, init_from
         what=f"the start of the run in {directory}",
     )
     if chosen is None:
-        if init_from is not None:
-            start_from_another_run(driver, directory, *init_from)
+        if options.init_from is not None:
+            start_from_another_run(driver, directory, options.init_from)
         return None
     path = Path(chosen)
     state = chosen_here[1] if chosen_here else logger_histories.resolve(path, api.load_state_dict(path))
@@ -149,14 +149,15 @@ def resume(driver, run: Run, files: RunDirectory, *, mode: str, every, init_from
     return driver.step_count
 
 
-def start_from_another_run(driver, directory, source: Path, at, strict: bool, rename) -> None:
-    """The variational state of ``source`` into the driver's, in place
-    (every process reads it), taken as :func:`nkserde.load` takes it."""
+def start_from_another_run(driver, directory, init_from: InitFrom) -> None:
+    """The variational state of ``init_from.source`` into the driver's, in
+    place (every process reads it), taken as :func:`nkserde.load` takes it."""
+    source = init_from.source
     if not source.exists():
         raise NkserdeError(f"{directory}: init_from={source}: no such file or directory")
-    at = at if at is not None else _state_path(source)
+    at = init_from.at if init_from.at is not None else _state_path(source)
     try:
-        new = api.load(driver.state, source, at=at, strict=strict, rename=rename)
+        new = api.load(driver.state, source, at=at, strict=init_from.strict, rename=init_from.rename)
     except NkserdeError as exc:
         raise in_file(exc, f"{directory}: init_from={source}") from None
     _assign(driver.state, new)
