@@ -129,8 +129,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         :mod:`nkserde.jax_cache`, and beside it numba's cache of NetKet's
         operator kernels: :mod:`nkserde.numba_cache`), a directory of one's
         own, or None: compiled code outlives the process, so a resumed run
-        does not compile again. Set when the Checkpoint is made (a script that
-        wants its template's compilations cached too calls
+        does not compile again. Set when each run starts, before its
+        fingerprint (making a Checkpoint changes nothing in the process; a
+        script that wants its template's compilations cached too calls
         ``nkserde.compilation_cache()`` before it builds anything). A cache
         the user configured for JAX is left as it is;
         ``NKSERDE_COMPILATION_CACHE=off`` turns the default off.
@@ -199,11 +200,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         problem = unusable(self.directory)  # a file in its place, a read-only file system: say so now
         if problem is not None:
             raise problem
-        if compile_cache == "auto":
-            if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
-                compiled_code.use_default()  # a directory the script chose stays
-        elif compile_cache is not None and compile_cache is not False:
-            compiled_code.use(compile_cache)
         self.resumed_from = self.interrupted = self._run = None
         self._files = RunDirectory(self.directory)
         self._saver = Saver(self._files, keep=self.options.keep, on_write_error=self.options.on_write_error)
@@ -252,6 +248,10 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def on_run_start(self, step, driver):
         started = time.monotonic()
+        # the process's compiled-code caches, set here and not when the
+        # Checkpoint is made (a constructor changes nothing process-wide),
+        # before the fingerprint, whose probes they keep
+        _use_compile_cache(self.options.compile_cache)
         end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
         self._files.create()  # CheckpointDirectoryError: it became unusable since Checkpoint(...)
         try:
@@ -466,3 +466,15 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             )
         self._saver.finish(raise_write_error)
         return job
+
+
+def _use_compile_cache(setting) -> None:
+    """The compiled-code caches a Checkpoint's ``compile_cache`` asks for
+    (see :mod:`nkserde.compiled_code`): ``"auto"`` keeps the directory the
+    script gave ``nkserde.compilation_cache()``, else the default one,
+    unless ``NKSERDE_COMPILATION_CACHE=off``; None or False: none."""
+    if setting == "auto":
+        if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
+            compiled_code.use_default()
+    elif setting is not None and setting is not False:
+        compiled_code.use(setting)
