@@ -45,7 +45,7 @@ from .._log import say
 from .._warnings import outside
 from ..checkpoint_files.directory import RunDirectory, unusable
 from ..errors import UnsupportedNetKetError
-from ..netket import internals, run_loop
+from ..netket import run_loop
 from ..processes.jax_service import multi_process
 from . import job_control, restore
 from .interruptions import Interruptions
@@ -54,32 +54,30 @@ from .logger_histories import HistoryAppender
 from .options import CheckpointOptions
 from .process_runs import PROCESS_RUNS
 from .run_state import Run
-from .save_policy import DEFAULT_BUDGET, SaveSchedule
+from .save_policy import DEFAULT_BUDGET
 from .saving import Saver
-from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, classify_stop
+from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, how_it_ended
 
 
 class Checkpoint(nk.callbacks.AbstractCallback):
     """Saves a driver as it runs and resumes it when the same script runs again.
 
     Args:
-      directory: where the checkpoints go (created if needed).
+      directory: where the checkpoints go (created when the run starts).
       every: when to checkpoint (and always at the end): every ``every``
-        completed steps (an int, :class:`~nkserde.EverySteps`); every so
+        completed steps (an int: :class:`~nkserde.EverySteps`); every so
         much wall-clock time (``"90s"``, ``"15min"``, ``"2h"``, a
         ``timedelta``: :class:`~nkserde.EveryDuration`); ``"auto"``, as
         often as keeps checkpointing within ``budget`` of the run (and,
         given ``mtbf``, Young's interval for that failure rate:
-        :class:`~nkserde.WithinBudget`); or any of these policies combined,
+        :class:`~nkserde.WithinBudget`); or policies combined,
         ``EverySteps(100) | EveryDuration("15min")``: whichever comes first.
-      budget: with ``every="auto"``, the fraction of the run's time that
-        checkpoints may cost (default 0.01).
-      mtbf: with ``every="auto"``, the mean time between failures of the
-        machine (a duration), if known.
-      keep: how many of the newest checkpoints to keep
-        (:class:`~nkserde.KeepLatest`), or a keep policy:
-        ``KeepLatest(3) | KeepMultiples(1000)``. The newest checkpoint is
-        always kept.
+      budget, mtbf: with ``every="auto"``, the fraction of the run's time
+        checkpoints may cost (default 0.01), and the machine's mean time
+        between failures (a duration), if known.
+      keep: how many of the newest checkpoints to keep (an int:
+        :class:`~nkserde.KeepLatest`), or a keep policy,
+        ``KeepLatest(3) | KeepMultiples(1000)``. The newest is always kept.
       keep_every: also keep every checkpoint whose step is a multiple of it
         (:class:`~nkserde.KeepMultiples`).
       resume: ``"auto"`` (resume if there is a checkpoint of the same run,
@@ -89,68 +87,50 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         ``"must"`` (fail if there is nothing to resume).
       loggers: loggers whose history to checkpoint besides those of the run
         (loggers passed as ``out=`` are found automatically).
-      async_save: take a host snapshot of the state and write it from a
-        background thread at the lowest CPU priority; at most one write is
-        in flight, and the checkpoint of step k is on disk before step k+1
-        ends: if the thread has not finished by then (a busy node), the
-        run's thread writes the rest itself.
+      async_save: write from a host snapshot in a background thread at the
+        lowest CPU priority; the checkpoint of step k is on disk before step
+        k+1 ends (the run's thread writes what the thread has not).
       signals: on these signals, finish the current step, checkpoint, stop
         the run and end the program with exit status 75 (``SystemExit``;
         ``EXIT_INTERRUPTED``), so nothing after ``run()`` works on an
-        unfinished state. SLURM sends SIGTERM when it ends a job, or SIGUSR1
-        with ``--signal=USR1@N``.
-      requeue: ``"auto"`` (in a SLURM batch job, when the scheduler stopped
-        the run: the walltime stop, the job's ``--signal``, SIGTERM at its
-        time limit; process 0 requeues the job once the checkpoint is on
-        disk, if the job completed a step and can be requeued) or
-        ``"never"`` (the job script decides: the exit status is 75).
-      requeue_on_error: how often a run that fails (raises) has its SLURM
-        job requeued, counted over the run's jobs in ``directory``
-        (default 0: a failing run is never requeued).
-      walltime: ``"auto"`` (in a SLURM job, its time left, read when the run
-        starts), a number of seconds from the run's start (any scheduler),
-        or None: the run stops with a checkpoint, as on a signal, when the
-        time left falls below what this run measured for a step plus a
-        checkpoint (with a margin): no ``--signal`` is needed and no
-        completed step is lost. Outside SLURM, ``"auto"`` does nothing.
+        unfinished state (SLURM: SIGTERM, or SIGUSR1 with ``--signal``).
+      requeue, requeue_on_error, walltime: the SLURM job around the run
+        (docs/guides/slurm.md). ``walltime``: ``"auto"`` (a SLURM job's
+        time left; nothing outside SLURM), seconds from the run's start, or
+        None: the run stops with a checkpoint, as on a signal, when the
+        time left falls below what it measured for a step and a checkpoint.
+        ``requeue``: ``"auto"`` (process 0 requeues the job the scheduler
+        stopped, once the checkpoint is on disk) or ``"never"`` (the job
+        script decides from the exit status). ``requeue_on_error``: how
+        often a run that raises has its job requeued, over its jobs.
       final_stops: callback types whose StopRun ends the run for good
         (convergence criteria); a StopRun of any other callback (e.g.
         ``nk.callbacks.Timeout``) is an interruption that the next run of
         the script resumes.
-      on_write_error: ``"warn"`` (a checkpoint that cannot be written, e.g.
-        the disk is full or the directory vanished, costs that checkpoint:
-        one warning naming it and the newest checkpoint on disk, and the run
-        goes on) or ``"raise"`` (the run stops with the NkserdeError). Either
-        way the checkpoints already written stay: retention only runs after
-        a checkpoint is written and verified.
-      compile_cache: ``"auto"`` (JAX's persistent compilation cache in the
-        directory the script gave ``nkserde.compilation_cache()``, else in
-        the user's cache directory, per JAX version and machine:
-        :mod:`nkserde.jax_cache`, and beside it numba's cache of NetKet's
-        operator kernels: :mod:`nkserde.numba_cache`), a directory of one's
-        own, or None: compiled code outlives the process, so a resumed run
-        does not compile again. Set when each run starts, before its
-        fingerprint (making a Checkpoint changes nothing in the process; a
-        script that wants its template's compilations cached too calls
-        ``nkserde.compilation_cache()`` before it builds anything). A cache
-        the user configured for JAX is left as it is;
-        ``NKSERDE_COMPILATION_CACHE=off`` turns the default off.
+      on_write_error: ``"warn"`` (a checkpoint that cannot be written costs
+        that checkpoint: one warning naming it and the newest on disk, and
+        the run goes on) or ``"raise"`` (the run stops with the
+        NkserdeError). The checkpoints already written stay either way.
+      compile_cache: ``"auto"`` (the directory the script gave
+        ``nkserde.compilation_cache()``, else the user's cache directory),
+        a directory, or None: JAX's compiled code, numba's of NetKet's
+        kernels and the fingerprint's probes outlive the process, so a
+        resumed run does not compile again (:mod:`nkserde.compiled_code`).
+        Set when each run starts; making a Checkpoint changes nothing in
+        the process. ``NKSERDE_COMPILATION_CACHE=off`` turns it off.
       init_from: a file or checkpoint directory of *another* run whose
         variational state this run starts from while ``directory`` has no
-        checkpoint of its own (transfer learning: a sweep in a coupling
-        warm-started from the previous point, a quench from a ground
-        state). The run keeps its own fingerprint, optimizer state and step
-        count; once it has a checkpoint, a restart resumes that instead.
+        checkpoint of its own (a warm start, a quench from a ground state);
+        the run keeps its own fingerprint, optimizer state and step count.
       at, strict, rename: how the state is taken from ``init_from``, as in
-        :func:`nkserde.load`: ``at`` is where it is in that file (default:
-        ``"state"`` for a driver or Checkpoint file, the whole file for a
-        variational state's); ``strict=False`` lets an MCState start from a
-        FullSumState and back, and keeps the template's values for what
-        does not fit (one warning names them).
+        :func:`nkserde.load` (``at`` defaults to ``"state"`` in a driver or
+        Checkpoint file, the whole file for a variational state's).
 
-    After ``on_run_start``, ``resumed_from`` is the step the run resumed
-    from, or None for a fresh start. After the run, ``interrupted`` names
-    what interrupted it (a signal, e.g. ``"SIGTERM"``, or the type of the
+    Every option is checked here (``ValueError`` naming it, what it may be
+    and what it was) and kept, checked, in ``options``. After
+    ``on_run_start``, ``resumed_from`` is the step the run resumed from, or
+    None for a fresh start. After the run, ``interrupted`` names what
+    interrupted it (a signal, e.g. ``"SIGTERM"``, or the type of the
     callback that stopped it, e.g. ``"Timeout"``), or is None when the run
     reached its end or a final stop.
     """
@@ -262,12 +242,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             restore.check_storable(driver, run, self.directory)
             # nothing of this run to save until it completes a step
             run.completed = run.last_saved = driver.step_count
-            run.schedule = SaveSchedule(self.options.every)
-            run.schedule.started(time.monotonic())
-            if multi_process() and not self.options.every.in_steps:
-                # the first checkpoint after the first step measures one; then
-                # process 0 decides each next one (clocks differ between processes)
-                run.next_save = run.completed + 1
+            run.plan_saves(self.options.every, time.monotonic(), processes=jax.process_count())
             self._stops.start(run)
             run.resume_times = [started, time.monotonic()] if self.resumed_from is not None else None
             self._run = run
@@ -289,18 +264,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # The checkpoint taken at this step's start must be on disk before
         # the step ends: a background write that lags (a busy node starves
         # its low-priority thread) is finished here, at the run's priority.
-        writer = self._saver.writer
-        lags, waited = len(writer.lags), time.monotonic()
-        self.wait()
-        waited = time.monotonic() - waited
-        if self._stops.job is not None and len(writer.lags) > lags:
-            self._stops.saved(writer.lags[-1][1])
-            if self._run is not None and self._run.schedule is not None:
-                # what a background checkpoint cost the run: its snapshot, this
-                # wait, and the CPU its thread used, which a run whose steps
-                # fill every core loses (on a node with idle cores this counts
-                # it twice: the budget is kept either way)
-                self._run.schedule.saved(self._run.snapshot_seconds + waited + writer.background_cpu)
+        written = self._saver.wait_timed(self._run)
+        if written is not None:
+            self._stops.saved(written)  # the walltime guard keeps time for the last one
 
     def on_step_start(self, step, log_data, driver):
         run = self._run
@@ -352,36 +318,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if run is None:
             return
         try:
-            # A StopRun raised in on_step_end ends the run after that step's
-            # update and before NetKet counts it. (After a normal last step,
-            # or a StopRun at a step's start, NetKet has counted every step.)
-            stop = sys.exc_info()[1]  # NetKet calls on_run_end while handling it
-            after_update = run.dirty_step is not None and run.dirty_step == driver.step_count
-            final, raiser = classify_stop(stop, self.options.final_stops)
-            # a StopRun after the step began changing the driver, before its
-            # update (a callback's on_compute_update_end): half a step, never
-            # checkpointed; the newest checkpoint stays what resumes
-            mid_step = run.changing == driver.step_count and not after_update
-            stopped = after_update and final
-            run.completed = driver.step_count
-            if after_update and not final:
-                # An interruption (Timeout, ...): the step is complete but for
-                # NetKet's count; count it (the driver the script holds says
-                # so too) and the next run continues with the step after it.
-                run.completed += 1
-                internals.set_step_count(driver, run.completed)
-            if not final:
-                self.interrupted = self.interrupted or raiser
-            if mid_step:
-                warnings.warn(
-                    f"nkserde: the run stopped while step {run.changing} was being computed; half a step is "
-                    f"not checkpointed: {self._saver.newest()}",
-                    stacklevel=outside(),
-                )
-            elif run.unsaved or stopped:
-                # a final stop keeps NetKet's count, and the checkpoint says
-                # the run stopped there, so a rerun of the same script stops too
-                self._save(driver, asynchronous=False, stopped=stopped)
+            # NetKet calls on_run_end while handling the exception that stopped the run
+            end = how_it_ended(run, driver, sys.exc_info()[1], self.options.final_stops)
+            if not end.final:
+                self.interrupted = self.interrupted or end.raiser
+            if end.mid_step:  # the newest checkpoint stays what resumes
+                self._half_step(f"stopped while step {run.changing} was being computed")
+            elif run.unsaved or end.stopped:
+                self._save(driver, asynchronous=False, stopped=end.stopped)
             self.wait()
             if self.interrupted:
                 say(
@@ -424,11 +368,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 # finished it: the driver is between two steps and cannot
                 # be saved as either.
                 what = "applied" if run.dirty_step is not None else "computed"
-                warnings.warn(
-                    f"nkserde: the run failed while step {run.changing} was being {what}; half a step is not "
-                    f"checkpointed: {self._saver.newest()}",
-                    stacklevel=outside(),
-                )
+                self._half_step(f"failed while step {run.changing} was being {what}")
             else:
                 run.completed = driver.step_count
                 if run.unsaved:
@@ -444,13 +384,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     # ------------------------------------------------------------------ parts
 
     def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
-        run = self._run
-        seconds = self._saver.save(driver, run, asynchronous=asynchronous, stopped=stopped)
+        seconds = self._saver.save(driver, self._run, asynchronous=asynchronous, stopped=stopped)
         if not asynchronous:
             self._stops.saved(seconds)
-            if run.schedule is not None:
-                run.schedule.saved(seconds)
-        run.snapshot_seconds = seconds
+
+    def _half_step(self, what: str):
+        warnings.warn(
+            f"nkserde: the run {what}; half a step is not checkpointed: {self._saver.newest()}", stacklevel=outside()
+        )
 
     def _finish(self, raise_write_error=True):
         """The run's end, whatever ended it; returns its job."""

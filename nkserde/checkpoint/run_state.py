@@ -33,6 +33,17 @@ class Run:
         self.snapshot_seconds = 0.0  # the run's own time in its last checkpoint's start
         self.resume_times: list | None = None  # a resumed run's times, until it is told (see restore.report_resume)
 
+    def plan_saves(self, every, now: float, *, processes: int) -> None:
+        """The run starts at step ``completed``, checkpointed as ``every``
+        (a SavePolicy) says; with several processes and a policy of time,
+        the first checkpoint comes after the first step (it measures one),
+        then process 0 decides each next one (clocks differ between
+        processes)."""
+        self.schedule = SaveSchedule(every)
+        self.schedule.started(now)
+        if processes > 1 and not every.in_steps:
+            self.next_save = self.completed + 1
+
     @property
     def unsaved(self) -> bool:
         """Whether the step completed last has no checkpoint yet."""

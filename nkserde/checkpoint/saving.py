@@ -46,7 +46,8 @@ class Saver:
     def save(self, driver, run: Run, *, asynchronous: bool, stopped: bool = False) -> float:
         """Checkpoints ``run.completed`` steps of ``driver``; returns the
         seconds the run's thread spent (all of the write unless
-        ``asynchronous``)."""
+        ``asynchronous``: then :meth:`wait_timed` counts the rest), which
+        the run's save schedule counts as a checkpoint's cost."""
         completed = run.completed
         started = time.monotonic()
         run.saving = True  # a Ctrl-C now waits for the save (see SignalCatcher)
@@ -70,12 +71,31 @@ class Saver:
                 run.last_saved = completed  # (a KeyboardInterrupt leaves it unsaved: retried on the way out)
         finally:
             run.saving = False
-        return time.monotonic() - started
+        seconds = run.snapshot_seconds = time.monotonic() - started
+        if not asynchronous and run.schedule is not None:
+            run.schedule.saved(seconds)
+        return seconds
 
     def wait(self) -> None:
         """Blocks until the write in flight (if any) has finished; whatever
         the background thread has not done yet, this thread does."""
         self.writer.wait()
+
+    def wait_timed(self, run: Run | None) -> float | None:
+        """:meth:`wait`; if that ended a background write of ``run``: the
+        seconds from its snapshot to its file, once the schedule counted
+        what the write cost the run (its snapshot, this wait, and the CPU
+        its thread used, which a run whose steps fill every core loses; on
+        a node with idle cores this counts it twice: the budget is kept
+        either way)."""
+        writer = self.writer
+        writes, waited = len(writer.lags), time.monotonic()
+        writer.wait()
+        waited = time.monotonic() - waited
+        if run is None or run.schedule is None or len(writer.lags) == writes:
+            return None
+        run.schedule.saved(run.snapshot_seconds + waited + writer.background_cpu)
+        return writer.lags[-1][1]
 
     def settle(self) -> None:
         """The error of the last write, if it failed: raised or warned about
