@@ -152,7 +152,7 @@ CONFIGS = [
     ("every=1 async", (1, True)),
     ("every=10 sync", (10, False)),
     ("every=10 async", (10, True)),
-    # as often as 1% of the run allows (nkserde.checkpoint.schedule): the
+    # as often as 1% of the run allows (nkserde.checkpoint.save_policy): the
     # loop's overhead should stay near the budget whatever the step takes
     ("every=auto async", ("auto", True)),
 ]

@@ -53,6 +53,7 @@ import nkserde  # noqa: E402
 from _environment import DEFAULT_PARENT, environment, parent_directory  # noqa: E402
 from nkserde import api  # noqa: E402
 from nkserde.checkpoint_files import directory  # noqa: E402
+from nkserde.checkpoint.restore import payload  # noqa: E402
 from nkserde.format import drain  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -126,7 +127,7 @@ class Measured(nkserde.Checkpoint):
         # the same payload, every logger whole, written and verified as a checkpoint was before
         old = self.old_directory / f"step-{run.completed:010d}.nks"
         start = time.perf_counter()
-        state = api.state_dict(self._payload(driver, run, run.completed, stopped))
+        state = api.state_dict(payload(driver, run, run.completed, stopped))
         api.save_state_dict(state, old, root_type="checkpoint")
         drain(api.verify_steps(old))
         old_seconds = time.perf_counter() - start

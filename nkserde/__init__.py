@@ -19,6 +19,10 @@ Public API::
     nkserde.set_load_limits(max_load_bytes=None, max_header_bytes=None)   ceilings of a load
     nkserde.errors
     nkserde.Checkpoint(directory, every=50, ...)   NetKet callback: checkpoint and resume
+    nkserde.EverySteps(n), EveryDuration("15min"), WithinBudget(0.01), a | b (SaveAny)
+                                         when a Checkpoint saves (every=)
+    nkserde.KeepLatest(n), KeepMultiples(k), a | b (KeepAny)
+                                         which checkpoints it keeps (keep=)
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
     nkserde.compilation_cache(directory=None)     JAX's compiled code outlives the process
 
@@ -36,8 +40,15 @@ from . import errors
 __version__ = "0.1.0"
 __all__ = [
     "Checkpoint",
+    "EveryDuration",
+    "EverySteps",
+    "KeepAny",
+    "KeepLatest",
+    "KeepMultiples",
     "LoadReport",
     "PartialLoadWarning",
+    "SaveAny",
+    "WithinBudget",
     "checkpointed",
     "compilation_cache",
     "errors",

@@ -17,6 +17,9 @@ from .caches import use as compilation_cache
 from . import netket as _netket_registrations  # noqa: E402  (registers NetKet's types)
 from .netket._common import find as _find  # noqa: E402
 
+from .checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples  # noqa: E402
+from .checkpoint.save_policy import EveryDuration, EverySteps, SaveAny, WithinBudget  # noqa: E402
+
 if _find("netket.callbacks.AbstractCallback") is not None:
     from .checkpoint import Checkpoint, checkpointed  # noqa: E402
 else:  # NetKet 3.21: no callback API to hook a checkpoint into

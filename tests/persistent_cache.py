@@ -5,7 +5,7 @@ size. Imports only JAX: a process must call :func:`use` before NetKet's
 import compiles anything (JAX decides at its first compilation whether
 the process has a cache).
 
-Set as a user sets it, not by ``nkserde.jax_cache.use``: a Checkpoint
+Set as a user sets it, not by ``nkserde.caches.jax_executables.use``: a Checkpoint
 leaves a cache the user configured as it is, and the tests' caches must
 stay where the tests put them."""
 

@@ -437,3 +437,44 @@ def test_background_snapshot_copies_what_the_run_can_change():
     for before, after in ((owned, snapshot["owned"]), (read_only, snapshot["read_only"][0])):
         assert not np.shares_memory(before, after)
         np.testing.assert_array_equal(before, after)
+
+
+# Makes Checkpoints (and a checkpointed driver), then runs one: what the
+# process's compilation cache, signal handlers and files are at each point.
+CONSTRUCTORS = """
+import json, signal, sys
+from pathlib import Path
+import jax, builders, nkserde
+def state():
+    handler = str(signal.getsignal(signal.SIGTERM))
+    return [jax.config.jax_compilation_cache_dir, handler, Path(sys.argv[1]).exists()]
+before = state()
+nkserde.Checkpoint(sys.argv[1], every=1)
+nkserde.Checkpoint(sys.argv[1], every=1, compile_cache=sys.argv[2])
+driver = nkserde.checkpointed(builders.vmc(), sys.argv[1], every=1)
+made = state()
+driver.run(1, out=None, show_progress=False)
+print(json.dumps([before, made, state()]))
+"""
+
+
+def test_making_a_checkpoint_changes_nothing_in_the_process_its_run_does(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE")}
+    environ.update(
+        {"XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    )
+    command = [sys.executable, "-c", CONSTRUCTORS, str(tmp_path / "ckpt"), str(tmp_path / "mine")]
+    done = subprocess.run(command, capture_output=True, text=True, env=environ)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, made, ran = json.loads(done.stdout.strip().splitlines()[-1])
+    # no cache set, no handler installed, no directory made by a constructor
+    assert made == before and before[2] is False
+    # the run set the default cache (compile_cache="auto") at its start, and put the handlers back
+    assert ran[0] is not None and Path(ran[0]).is_relative_to(tmp_path / "xdg" / "nkserde" / "jax")
+    assert ran[1] == before[1] and ran[2] is True
+    assert not (tmp_path / "mine").exists()  # the Checkpoint that would have used it never ran

@@ -1,4 +1,4 @@
-"""Logger histories beside the checkpoints (nkserde/checkpoint/histories.py,
+"""Logger histories beside the checkpoints (nkserde/checkpoint/logger_histories.py,
 nkserde/format/history_log.py): a checkpoint costs what was logged since
 the previous one, and a resume from any checkpoint that verifies restores
 every logger with its steps, each once, through retention, damaged
@@ -20,7 +20,7 @@ import builders as B
 import nkserde
 from nkserde import api
 from nkserde.checkpoint_files import content, directory
-from nkserde.checkpoint import histories
+from nkserde.checkpoint import logger_histories
 from nkserde.cli import listing
 from nkserde.errors import CorruptFileError, FileWriteError, LoadLimitError, UnsupportedVersionError
 from nkserde.format import history_log
@@ -254,14 +254,14 @@ def test_a_checkpoint_whose_history_log_is_missing_or_another_is_skipped(tmp_pat
     saved = log.read_bytes()
     log.unlink()
     with pytest.raises(CorruptFileError, match="history-000001.nkh: the history log is missing"):
-        histories.resolve(path, nkserde.load_state_dict(path))
+        logger_histories.resolve(path, nkserde.load_state_dict(path))
     # another log under its name: same records, another id
     header_length = history_log.PREAMBLE.unpack(saved[: history_log.PREAMBLE.size])[3]
     offset = history_log.PREAMBLE.size + header_length
     record = saved[offset:]
     history_log.create(log, file_id=history_log.new_id(), parent=None, record=_raw(record), meta={})
     with pytest.raises(CorruptFileError, match="another log under that name"):
-        histories.resolve(path, nkserde.load_state_dict(path))
+        logger_histories.resolve(path, nkserde.load_state_dict(path))
     assert "another log" in directory.problem(path)
 
 
@@ -284,7 +284,7 @@ def test_the_checkpoint_holds_stubs_and_the_log_position(tmp_path):
     assert all(len(a) == 0 for a in energy["columns"].values()) and energy["last"]["iters"] == 3
     assert set(state["history"]) == history_log.POSITION_KEYS and state["history"]["records"] == 2
     # resolved, it is what a layout-1 checkpoint holds: the registration's state, whole
-    resolved = histories.resolve(tmp_path / "step-0000000004.nks", state)
+    resolved = logger_histories.resolve(tmp_path / "step-0000000004.nks", state)
     logger = resolved["loggers"]["RuntimeLog#0"]
     assert set(logger) == {"@type", "@version", "history", "last_step"}
     series = {tuple(s["path"]): s for s in logger["history"]}
@@ -324,7 +324,7 @@ def test_stubs_and_records_that_disagree_are_errors_naming_what_differs(tmp_path
     ):
         copy = rewritten(change)
         with pytest.raises(error, match=match):
-            histories.resolve(copy, nkserde.load_state_dict(copy))
+            logger_histories.resolve(copy, nkserde.load_state_dict(copy))
 
 
 def test_resume_never_moves_the_history_logs_aside(tmp_path):

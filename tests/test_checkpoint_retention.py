@@ -1,17 +1,22 @@
-"""nkserde.checkpoint.retention: which checkpoint steps stay (no files)."""
+"""nkserde.checkpoint.keep_policy: which checkpoint steps stay (no files),
+the policies alone, combined, and as Checkpoint(keep=..., keep_every=...)
+takes them."""
+
+import dataclasses
 
 import pytest
 
-from nkserde.checkpoint.retention import Retention
+import nkserde
+from nkserde.checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples, KeepPolicy, parse_keep
 
 
 def test_keeps_the_newest():
-    assert Retention(keep=2).kept([0, 5, 10, 15], newest=15) == [10, 15]
-    assert Retention(keep=2).retired([0, 5, 10, 15], newest=15) == [0, 5]
+    assert KeepLatest(2).kept([0, 5, 10, 15], newest=15) == [10, 15]
+    assert KeepLatest(2).retired([0, 5, 10, 15], newest=15) == [0, 5]
 
 
 def test_keep_every_keeps_multiples_besides_the_newest():
-    policy = Retention(keep=1, keep_every=10)
+    policy = KeepLatest(1) | KeepMultiples(10)
     assert policy.kept([5, 10, 15, 20, 25], newest=25) == [10, 20, 25]
     assert policy.retired([5, 10, 15, 20, 25], newest=25) == [5, 15]
 
@@ -19,25 +24,63 @@ def test_keep_every_keeps_multiples_besides_the_newest():
 def test_steps_newer_than_the_verified_one_are_never_retired():
     # a newer file than the checkpoint just verified (e.g. one being written
     # by a later save) is not retention's to delete
-    assert Retention(keep=1).retired([10, 20, 30], newest=20) == [10]
+    assert KeepLatest(1).retired([10, 20, 30], newest=20) == [10]
+    assert KeepMultiples(7).retired([10, 20, 30], newest=20) == [10]
+
+
+def test_the_newest_is_kept_whatever_the_policy():
+    # multiples alone would retire step 25, the only checkpoint of the run's end
+    assert KeepMultiples(10).kept([5, 10, 15, 20, 25], newest=25) == [10, 20, 25]
 
 
 def test_fewer_steps_than_keep_retire_nothing():
-    assert Retention(keep=3).retired([4, 8], newest=8) == []
-    assert Retention(keep=3).retired([], newest=0) == []
+    assert KeepLatest(3).retired([4, 8], newest=8) == []
+    assert KeepLatest(3).retired([], newest=0) == []
 
 
-@pytest.mark.parametrize("keep, keep_every", [(0, None), (-1, None), (1, 0)])
-def test_rejects_impossible_policies(keep, keep_every):
-    with pytest.raises(ValueError):
-        Retention(keep=keep, keep_every=keep_every)
+def test_combined_policies_keep_what_any_keeps_and_are_flat_frozen_values():
+    policy = KeepLatest(2) | KeepMultiples(10) | KeepMultiples(4)
+    assert policy == KeepAny(KeepLatest(2), KeepMultiples(10), KeepMultiples(4))
+    assert policy.kept([4, 5, 8, 10, 11, 12, 13], newest=13) == [4, 8, 10, 12, 13]
+    assert isinstance(policy, KeepPolicy) and hash(policy) == hash(KeepAny(*policy.policies))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        policy.policies = ()
+    assert str(KeepLatest(3) | KeepMultiples(1000)) == "the newest 3 and every multiple of 1000"
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: KeepLatest(0), r"KeepLatest\(n\) must be an int >= 1, got 0"),
+        (lambda: KeepLatest(-1), r"KeepLatest\(n\) must be an int >= 1, got -1"),
+        (lambda: KeepMultiples(0), r"KeepMultiples\(k\) must be an int >= 1, got 0"),
+        (lambda: KeepMultiples(True), r"KeepMultiples\(k\) must be an int >= 1, got True"),
+        (lambda: KeepAny(KeepLatest(1), 3), r"KeepAny\(...\) must be keep policies .*, got 3"),
+        (lambda: parse_keep(0), r"keep must be a number of checkpoints >= 1 or a keep policy, got 0"),
+        (lambda: parse_keep("many"), r"keep must be a number .*, got 'many'"),
+        (lambda: parse_keep(3, -1), r"keep_every must be an int >= 1 or None, got -1"),
+    ],
+)
+def test_rejects_impossible_policies_in_one_shape(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_the_plain_options_are_the_policies_they_always_were():
+    assert parse_keep(3) == KeepLatest(3)
+    assert parse_keep(2.0) == KeepLatest(2)  # int(keep), as always
+    assert parse_keep(2, 10) == KeepLatest(2) | KeepMultiples(10)
+    assert parse_keep(KeepMultiples(5), 10) == KeepMultiples(5) | KeepMultiples(10)
 
 
 def test_checkpoint_keep_every_0_keeps_no_extra_steps(tmp_path):
-    import nkserde
-
     # keep_every=0 has always meant "no multiples kept besides the newest"
-    assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0)._retention == Retention(keep=2)
+    assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0).options.keep == KeepLatest(2)
+
+
+def test_checkpoint_takes_a_keep_policy(tmp_path):
+    policy = nkserde.KeepLatest(1) | nkserde.KeepMultiples(2)
+    assert nkserde.Checkpoint(tmp_path, keep=policy).options.keep is policy
 
 
 def test_retention_waits_for_the_newest_checkpoint_to_verify(tmp_path, monkeypatch):
@@ -49,7 +92,6 @@ def test_retention_waits_for_the_newest_checkpoint_to_verify(tmp_path, monkeypat
 
     import builders
 
-    import nkserde
     from nkserde import api
     from nkserde.errors import CorruptFileError
 

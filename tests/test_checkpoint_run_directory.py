@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde.checkpoint.retention import Retention
+from nkserde.checkpoint.keep_policy import KeepLatest
 from nkserde.checkpoint_files.directory import RunDirectory
 from nkserde.errors import FileReadError
 
@@ -50,7 +50,7 @@ def test_retire_deletes_what_the_policy_does_not_keep(tmp_path):
     files = RunDirectory(tmp_path)
     for step in (1, 2, 3, 4):
         _write(files, step)
-    assert files.retire(Retention(keep=2), newest=3) == [1]
+    assert files.retire(KeepLatest(2), newest=3) == [1]
     assert files.steps() == [2, 3, 4]
 
 

@@ -1,12 +1,11 @@
-"""nkserde.checkpoint.writer and .background: one write in flight, errors
+"""nkserde.checkpoint.background_write: one write in flight, errors
 raised at the next call, a lagging write finished by the caller."""
 
 import threading
 
 import pytest
 
-from nkserde.checkpoint.background import BackgroundWrite
-from nkserde.checkpoint.writer import CheckpointWriter
+from nkserde.checkpoint.background_write import BackgroundWrite, CheckpointWriter
 from nkserde.errors import NkserdeError
 
 

@@ -63,10 +63,24 @@ def test_checkpointed_shows_the_options_it_passes_to_checkpoint():
     assert all(shown[k] == p for k, p in options.items())
 
 
-def test_the_checkpoint_packages_header_modules_import_without_netket():
-    code = (
-        "import sys, nkserde.checkpoint_files.directory, nkserde.checkpoint_files.content\n"
-        "print(sorted(m for m in ('jax', 'netket', 'flax') if m in sys.modules))"
-    )
+@pytest.mark.parametrize(
+    "modules",
+    [
+        "nkserde.checkpoint_files.directory, nkserde.checkpoint_files.content",  # the checkpoint package's headers
+        "nkserde.checkpoint.save_policy, nkserde.checkpoint.keep_policy",  # the policies
+    ],
+)
+def test_the_checkpoint_packages_header_modules_import_without_netket(modules):
+    code = f"import sys, {modules}\nprint(sorted(m for m in ('jax', 'netket', 'flax') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# The policies Checkpoint(every=..., keep=...) takes, besides the plain forms
+POLICIES = ["EveryDuration", "EverySteps", "KeepAny", "KeepLatest", "KeepMultiples", "SaveAny", "WithinBudget"]
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_the_policies_are_public_in_nkserde_and_nkserde_checkpoint(name):
+    assert name in nkserde.__all__ and name in nkserde.checkpoint.__all__
+    assert getattr(nkserde, name) is getattr(nkserde.checkpoint, name)

@@ -155,7 +155,7 @@ def test_nothing_is_kept_without_a_directory_or_where_this_process_does_not_writ
 
 def test_memoized_computes_once_and_again_only_where_it_must(kept):
     # the one helper around a kept computation (the fingerprint's probes,
-    # nkserde.operator_tables): kept once, taken after; a value its decode
+    # nkserde.caches.operator_tables): kept once, taken after; a value its decode
     # refuses is computed again; NOT_KEPT and key None store nothing
     results.use(kept)
     runs = []

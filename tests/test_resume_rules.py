@@ -302,6 +302,32 @@ def test_checkpointed_driver_is_the_driver(tmp_path):
         nkserde.checkpointed(gs, tmp_path / "other")
 
 
+def test_a_checkpointed_driver_has_the_fields_and_fingerprint_of_the_driver(tmp_path):
+    # no attribute is added to the driver: the fingerprint reads the
+    # driver's fields, and one more (run, last_checkpoint) would be a
+    # change that refuses to resume the directories checkpointed() wrote
+    from nkserde.checkpoint.fingerprint import fingerprint
+
+    plain = B.vmc()
+    gs = nkserde.checkpointed(B.vmc(), tmp_path / "ckpt", every=1)
+    assert set(vars(gs)) == set(vars(plain))
+    assert fingerprint(gs) == fingerprint(plain)
+
+
+def test_the_class_of_a_checkpointed_driver_is_not_changed_by_its_runs(tmp_path):
+    nkserde.checkpoint.reset_run_numbering()
+    gs = nkserde.checkpointed(B.vmc(), tmp_path / "ckpt", every=1)
+    other = nkserde.checkpointed(B.vmc(), tmp_path / "other", every=1)
+    assert gs.last_checkpoint is None
+    made = dict(vars(type(gs)))
+    gs.run(1, out=None, show_progress=False)
+    assert dict(vars(type(gs))) == made  # the latest Checkpoint is in the driver's record
+    assert gs.last_checkpoint.directory == tmp_path / "ckpt" / "run-0"
+    assert other.last_checkpoint is None  # each driver its own
+    with pytest.raises(AttributeError):
+        gs.last_checkpoint = None
+
+
 def test_two_drivers_share_one_directory(tmp_path):
     nkserde.checkpoint.reset_run_numbering()
     gs = nkserde.checkpointed(B.vmc(), tmp_path / "ckpt", every=1)

@@ -1,10 +1,11 @@
-"""When a run checkpoints (nkserde.checkpoint.schedule): every N steps, every
+"""When a run checkpoints (nkserde.checkpoint.save_policy): every N steps, every
 so much wall-clock time, or within a budget of the run; on a fake clock
 here, and in NetKet runs where the outcome does not depend on the machine's
 speed. Several processes agreeing on the steps: tests/test_distributed.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 
@@ -12,7 +13,15 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde.checkpoint.schedule import SaveSchedule, parse_duration, parse_every
+from nkserde.checkpoint.durations import format_duration, parse_duration
+from nkserde.checkpoint.save_policy import (
+    EveryDuration,
+    EverySteps,
+    SaveAny,
+    SaveSchedule,
+    WithinBudget,
+    parse_every,
+)
 
 
 @pytest.mark.parametrize(
@@ -28,16 +37,100 @@ def test_a_duration_that_is_not_one_says_how_to_write_it(bad):
         parse_duration(bad)
 
 
+@pytest.mark.parametrize(
+    "seconds, words",
+    [
+        (None, "?"),
+        (-3.0, "0 s"),
+        (1.5, "1.5 s"),
+        (90.0, "90 s"),
+        (65.4, "65.4 s"),
+        (900.0, "15 min"),
+        (7200.0, "2 h"),
+        (86400.0, "24 h"),
+        (7188.0, "01:59:48"),
+        (2.5 * 86400 + 1, "2.5 days"),
+    ],
+)
+def test_one_formatter_says_every_duration(seconds, words):
+    # the interval of `every` and a SLURM job's time left, in the same words
+    assert format_duration(seconds) == words
+
+
 def test_every_is_steps_a_duration_or_auto():
-    assert parse_every(50).steps == 50
-    assert parse_every("15min").seconds == 900
+    assert parse_every(50) == EverySteps(50) and parse_every(50).steps == 50
+    assert parse_every("15min") == EveryDuration(900) == EveryDuration(datetime.timedelta(minutes=15))
     auto = parse_every("auto", budget=0.02, mtbf="1h")
-    assert (auto.budget, auto.mtbf) == (0.02, 3600)
-    for bad, words in ((0, "must be >= 1"), (True, "a duration"), ("often", "a duration or 'auto'")):
-        with pytest.raises(ValueError, match=words):
+    assert auto == WithinBudget(0.02, mtbf=3600) and (auto.budget, auto.mtbf) == (0.02, 3600)
+    expected = "every must be a number of steps >= 1, a duration .*, 'auto' or a save policy, got "
+    for bad in (0, True, "often"):
+        with pytest.raises(ValueError, match=expected + repr(bad)):
             parse_every(bad)
-    with pytest.raises(ValueError, match="budget must be a fraction"):
+    with pytest.raises(ValueError, match="budget must be a fraction of the run between 0 and 1, got 2"):
         parse_every("auto", budget=2)
+    with pytest.raises(ValueError, match="budget must be a fraction"):
+        parse_every(50, budget=2)  # checked whatever every is, as always
+
+
+def test_a_policy_is_taken_as_it_is_and_budget_goes_with_it():
+    policy = EverySteps(10) | EveryDuration("1h")
+    assert parse_every(policy) is policy
+    with pytest.raises(ValueError, match=r"budget, mtbf must be left out when every is a policy"):
+        parse_every(policy, budget=0.05)
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda: EverySteps(0), r"EverySteps\(steps\) must be an int >= 1, got 0"),
+        (lambda: EverySteps(2.5), r"EverySteps\(steps\) must be an int >= 1, got 2.5"),
+        (lambda: EveryDuration("soon"), r"'soon' is not a duration"),
+        (lambda: WithinBudget(1.5), r"budget must be a fraction of the run between 0 and 1, got 1.5"),
+        (lambda: SaveAny(EverySteps(1), "15min"), r"SaveAny\(...\) must be save policies .*, got '15min'"),
+        (lambda: SaveAny(), r"SaveAny\(...\) must be at least one of save policies"),
+    ],
+)
+def test_an_impossible_policy_is_refused_when_made(make, words):
+    with pytest.raises(ValueError, match=words):
+        make()
+
+
+def test_policies_are_frozen_values_that_combine():
+    combined = EverySteps(100) | EveryDuration("15min") | WithinBudget(0.05)
+    assert combined == SaveAny(EverySteps(100), EveryDuration(900), WithinBudget(0.05))  # flat
+    assert hash(combined) == hash(SaveAny(*combined.policies))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        combined.policies = ()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        EverySteps(3).steps = 4
+    assert str(EverySteps(100) | EveryDuration("15min")) == "every 100 steps or every 15 min"
+
+
+def test_any_saves_whenever_one_would_and_names_the_earliest_next_step():
+    schedule = SaveSchedule(EverySteps(10) | EveryDuration("10s"))
+    schedule.started(0.0)
+    assert not schedule.policy.in_steps and EverySteps(2).in_steps and (EverySteps(2) | EverySteps(3)).in_steps
+    assert schedule.due(10, 1.0)  # the steps
+    assert not schedule.due(3, 9.0) and schedule.due(3, 10.0)  # the time
+    schedule.taken(10.0)  # any checkpoint starts the interval again
+    assert not schedule.due(4, 19.0)
+    for t in (0.0, 1.0, 2.0):  # steps of 1 s: 10 s is 10 steps, as is the next multiple of 10
+        schedule.step_started(t)
+    assert schedule.next_step(3) == 10 and schedule.next_step(5) == 10
+    assert SaveSchedule(EverySteps(10) | EveryDuration("4s")).next_step(3) == 4  # nothing measured: the next step
+    assert schedule.interval() == 10.0
+
+
+def test_checkpoint_takes_a_save_policy_and_says_it(tmp_path, caplog):
+    import logging
+
+    every = nkserde.EverySteps(3) | nkserde.EveryDuration("1h")
+    ckpt = nkserde.Checkpoint(tmp_path, every=every, keep=100)
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        B.vmc().run(7, out=None, show_progress=False, callback=ckpt)
+    assert ckpt.options.every is every
+    assert ckpt.steps() == [3, 6, 7]  # the multiples of 3 (an hour never passed) and the end
+    assert "a checkpoint every 3 steps or every 1 h" in caplog.text
 
 
 def test_steps_as_always():
@@ -90,7 +183,7 @@ def test_auto_checkpoints_the_first_step_to_measure_one(tmp_path, caplog):
 
 
 def test_the_options_are_checked_when_the_checkpoint_is_made(tmp_path):
-    with pytest.raises(ValueError, match="a duration or 'auto'"):
+    with pytest.raises(ValueError, match="every must be a number of steps >= 1, a duration .*, got 'sometimes'"):
         nkserde.Checkpoint(tmp_path, every="sometimes")
     with pytest.raises(ValueError, match="budget must be a fraction"):
         nkserde.checkpointed(B.vmc(), tmp_path, every="auto", budget=0)

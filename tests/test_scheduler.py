@@ -16,8 +16,9 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde.checkpoint import scheduler, slurm
-from nkserde.checkpoint.scheduler import WALLTIME, JobControl
+from nkserde.checkpoint import job_control, slurm
+from nkserde.checkpoint.job_control import WALLTIME, JobControl
+from nkserde.checkpoint.process_runs import PROCESS_RUNS
 from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
 from nkserde.checkpoint_files.directory import DirectoryLock
 
@@ -130,7 +131,7 @@ RUNNING = "JobState=RUNNING Reason=None Requeue=1 Restarts=0 BatchFlag=1 ExitCod
 
 @pytest.fixture
 def progressed(monkeypatch):
-    monkeypatch.setattr(scheduler, "_steps_done_here", 1)
+    monkeypatch.setattr(PROCESS_RUNS, "steps_done", 1)
     # the requeue ignores the SIGTERM SLURM sends next: put it back after the test
     previous = signal.getsignal(signal.SIGTERM)
     yield
@@ -173,7 +174,7 @@ def test_requeue_never_leaves_it_to_the_job_script(progressed):
 
 
 def test_a_job_that_completed_no_step_is_not_requeued(monkeypatch, caplog):
-    monkeypatch.setattr(scheduler, "_steps_done_here", 0)
+    monkeypatch.setattr(PROCESS_RUNS, "steps_done", 0)
     job = RecordingJob(RUNNING)
     with caplog.at_level(logging.INFO, logger="nkserde"):
         assert not control(job).after_stop(signal.SIGUSR1, SIGNALS)
@@ -196,8 +197,8 @@ def test_errors_are_requeued_a_bounded_number_of_times(progressed, caplog):
 def test_the_jobs_signal_after_a_finished_run_does_not_kill_the_program(caplog):
     previous = signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     try:
-        scheduler.absorb_late_signals((signal.SIGTERM, signal.SIGUSR1))
-        assert signal.getsignal(signal.SIGTERM) is not scheduler._late_signal  # SIGTERM still ends it
+        job_control.absorb_late_signals((signal.SIGTERM, signal.SIGUSR1))
+        assert signal.getsignal(signal.SIGTERM) is not job_control._late_signal  # SIGTERM still ends it
         with caplog.at_level(logging.INFO, logger="nkserde"):
             signal.raise_signal(signal.SIGUSR1)  # Python's default would end this process
         assert "SIGUSR1 after the checkpointed run ended: ignored" in caplog.text

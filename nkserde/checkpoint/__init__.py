@@ -1,23 +1,32 @@
 """Checkpoint and resume a NetKet run: the :class:`Checkpoint` callback and
 :func:`checkpointed`. The parts, each usable and tested alone:
 
-    callback.py       Checkpoint: NetKet's hooks, what a checkpoint holds, the restore
+    callback.py       Checkpoint: NetKet's hooks, the state machine of a run
+    run_state.py      what a Checkpoint tracks while one run() call goes on
+    restore.py        what a checkpoint holds of a run, and the resume that puts it back in place
+    saving.py         the save path: write, verify, retire; write errors warned or raised
+    interruptions.py  what stops a run early (signals, walltime, the processes' stop flag), the requeue after
     wrapper.py        checkpointed(driver, dir): run-<i> per run() call
+    process_runs.py   what the process remembers across its runs (run numbering, steps, keys): one owner
     stops.py          final stop or interruption (NetKet's StopRun)
     choice.py         which checkpoint a run resumes (lock, fingerprint, newest that verifies)
-    histories.py      logger histories in the history log: a save appends the new rows, a resume reads them back
+    logger_histories.py  logger histories in the history log: a save appends the new rows, a resume reads them back
     fingerprint/      what defines a run, from content (the "same script?" check)
-    retention.py      which steps stay (keep, keep_every): a pure policy
-    writer.py         one write in flight, errors raised later, finished at exit
-    background.py     a write advanced by a low-priority thread or the caller
+    keep_policy.py    which steps stay (keep=): KeepLatest, KeepMultiples, KeepAny; pure
+    background_write.py  one write in flight, advanced by a low-priority thread or the caller;
+                      errors raised later, finished at exit
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
-    scheduler.py      the job around a run: walltime stop, why a signal came, requeue
+    job_control.py    the job around a run: walltime stop, why a signal came, requeue
     walltime.py       when to stop before the job's end: a pure policy on measured times
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
-    schedule.py       when to checkpoint: every N steps, every so much time, within a budget
+    save_policy.py    when to checkpoint (every=): EverySteps, EveryDuration, WithinBudget, SaveAny; pure
+    options.py        CheckpointOptions: every option of a Checkpoint, checked once
+    option_checks.py  the table of string options, the one error shape, the checks the options share
+    durations.py      durations as options give them and messages say them
 
-Only callback.py, wrapper.py, stops.py and fingerprint/ know NetKet.
+Only callback.py, restore.py, saving.py, options.py (the default
+final_stops), wrapper.py, stops.py and fingerprint/ know NetKet.
 The directory's files and what a checkpoint file holds are
 nkserde.checkpoint_files's (below ``api``; the command line reads them).
 """
@@ -28,12 +37,22 @@ import importlib
 # policies, SLURM, the history logs) imports alone, without the callback
 # and NetKet.
 _NAMES = {
-    "EXIT_INTERRUPTED": ("scheduler", "EXIT_INTERRUPTED"),
+    "EXIT_INTERRUPTED": ("job_control", "EXIT_INTERRUPTED"),
     "FINAL_STOPS": ("stops", "FINAL_STOPS"),
-    "RESUME_MODES": ("callback", "RESUME_MODES"),
+    "RESUME_MODES": ("option_checks", "RESUME_MODES"),
     "Checkpoint": ("callback", "Checkpoint"),
+    # when to save (every=) and what to keep (keep=): policies that combine with |
+    "EverySteps": ("save_policy", "EverySteps"),
+    "EveryDuration": ("save_policy", "EveryDuration"),
+    "WithinBudget": ("save_policy", "WithinBudget"),
+    "SaveAny": ("save_policy", "SaveAny"),
+    "SavePolicy": ("save_policy", "SavePolicy"),
+    "KeepLatest": ("keep_policy", "KeepLatest"),
+    "KeepMultiples": ("keep_policy", "KeepMultiples"),
+    "KeepAny": ("keep_policy", "KeepAny"),
+    "KeepPolicy": ("keep_policy", "KeepPolicy"),
     "checkpointed": ("wrapper", "checkpointed"),
-    "reset_run_numbering": ("wrapper", "reset_run_numbering"),
+    "reset_run_numbering": ("process_runs", "reset_run_numbering"),
     "fingerprint_changes": ("fingerprint", "changes"),
 }
 

@@ -11,7 +11,7 @@ from .._log import say
 from ..checkpoint_files.directory import RunDirectory
 from ..errors import CorruptFileError, NkserdeError, RunMismatchError
 from . import fingerprint as run_fingerprint
-from . import histories
+from . import logger_histories
 
 
 def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every) -> tuple[Path, dict] | None:
@@ -79,4 +79,4 @@ def _read_whole(path: Path) -> dict:
     """The checkpoint's state dict, read whole (every checksum verified) with
     its loggers' histories from the history log: the read
     :func:`nkserde.checkpoint_files.directory.check` stands for."""
-    return histories.resolve(path, api.load_state_dict(path))
+    return logger_histories.resolve(path, api.load_state_dict(path))

@@ -1,33 +1,79 @@
 """``checkpointed(driver, directory)``: every ``run`` of the driver
-checkpointed, one ``run-<i>`` subdirectory per run() call."""
+checkpointed, one ``run-<i>`` subdirectory per run() call.
+
+The driver gets a class of its own, made for it alone: a subclass of its
+class whose ``run`` adds the Checkpoint. The alternatives, measured with
+the tests (issue 44):
+
+* an attribute on the driver (``driver.run = ...``, the latest
+  Checkpoint): the run's fingerprint reads the driver's fields and probes
+  a function of one argument by calling it on fixed inputs, so it started
+  two nested ``run()`` calls (3 tests of checkpointed runs that pass failed:
+  ``run-3`` numbered where ``run-1`` was due, an interrupted run that did
+  not hold back the next); and a copy of the driver (``copy.copy``,
+  ``Pytree.replace``) keeps a ``run`` bound to the original;
+* a wrapper object around the driver: ``isinstance(gs, nk.driver.VMC)``
+  is False and ``nkserde.save(gs)`` raises UnregisteredTypeError (it
+  looks registrations up by type).
+
+A subclass keeps the driver's type for all of them (registrations are
+found along the class's ``__mro__``; the fingerprint names the class it
+wraps) and adds no field; its ``run`` is the only difference. What the
+driver's runs leave (the latest Checkpoint) is kept in a
+:class:`Checkpointed` record the subclass holds, made once here: the
+class is never changed after.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from .._log import say
+from ..checkpoint_files.directory import unusable
 from .callback import Checkpoint
+from .options import CheckpointOptions
+from .process_runs import PROCESS_RUNS
 
-# run() calls made so far in this process per checkpointed(...) directory
-_RUN_CALLS: dict[str, int] = {}
-# per directory, the run() call of this process that was interrupted (a
-# Timeout, a StopRun that is not final): the later ones do not start
-_INTERRUPTED: dict[str, str] = {}
+# the attribute of a class checkpointed() made (run_fingerprint names the class it wraps)
+WRAPPER_MARK = "_nkserde_wrapper"
 
 
-def reset_run_numbering() -> None:
-    """Numbers the next ``run()`` calls of checkpointed drivers from
-    ``run-0`` again, as in a new process: for tests and notebooks that
-    restart a script within one Python process."""
-    _RUN_CALLS.clear()
-    _INTERRUPTED.clear()
+class Checkpointed:
+    """What ``checkpointed(driver, directory, **options)`` gave one driver:
+    where its runs are checkpointed, with which options (the keywords of
+    :class:`Checkpoint`, checked), and the Checkpoint of its latest run."""
+
+    def __init__(self, directory: Path, options: dict):
+        self.directory = directory
+        self.options = options
+        self.last: Checkpoint | None = None
+
+    def run(self, driver, base_run, *args, callback=None, **kwargs):
+        """``base_run(driver, ...)`` with a Checkpoint in ``run-<i>``, unless
+        an earlier run() call of this directory in this process was
+        interrupted."""
+        index, blocked = PROCESS_RUNS.next_run(self.directory)
+        if blocked is not None:
+            say(
+                f"{self.directory / f'run-{index}'}: not started: {blocked}, and this run would begin "
+                "from its unfinished state; run the same script again: it resumes that run, then starts this one"
+            )
+            return None
+        ckpt = self.last = Checkpoint(self.directory / f"run-{index}", **self.options)
+        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
+        result = base_run(driver, *args, callback=[*callbacks, ckpt], **kwargs)
+        if ckpt.interrupted:
+            PROCESS_RUNS.interrupted(
+                self.directory, f"run-{index} was interrupted by {ckpt.interrupted} at step {driver.step_count}"
+            )
+        return result
 
 
 def checkpointed(driver, directory, **options):
     """The driver itself, with every later ``run`` checkpointed and resumed
     in ``directory``; the loggers of each run (including the JsonLog NetKet
     makes from ``out="prefix"``) are checkpointed and resumed too. Options
-    are those of :class:`Checkpoint`.
+    are those of :class:`Checkpoint`, checked now.
 
         gs = nkserde.checkpointed(gs, "ckpt", every=50)
         gs.run(n_iter=1000, out="test")
@@ -49,44 +95,31 @@ def checkpointed(driver, directory, **options):
     its latest ``run``.
     """
     base = type(driver)
-    if base.__dict__.get("_nkserde_wrapper", False):
+    if base.__dict__.get(WRAPPER_MARK, False):
         raise ValueError(f"{driver!r:.80} is already checkpointed")
-    Checkpoint(Path(directory), **options)  # checks the options now
+    CheckpointOptions.parse(**options)  # the options checked now, once for every run
     directory = Path(directory)
+    problem = unusable(directory)  # a file in its place, a read-only file system: say so now
+    if problem is not None:
+        raise problem
+    record = Checkpointed(directory, options)
 
-    def run(self, *args, callback=None, **kwargs):
-        key = str(directory.resolve())
-        index = _RUN_CALLS.get(key, 0)
-        _RUN_CALLS[key] = index + 1
-        if key in _INTERRUPTED:
-            say(
-                f"{directory / f'run-{index}'}: not started: {_INTERRUPTED[key]}, and this run would begin "
-                "from its unfinished state; run the same script again: it resumes that run, then starts this one"
-            )
-            return None
-        ckpt = Checkpoint(directory / f"run-{index}", **options)
-        type(self).last_checkpoint = ckpt
-        callbacks = [] if callback is None else list(callback) if isinstance(callback, (list, tuple)) else [callback]
-        result = base.run(self, *args, callback=[*callbacks, ckpt], **kwargs)
-        if ckpt.interrupted:
-            _INTERRUPTED[key] = f"run-{index} was interrupted by {ckpt.interrupted} at step {self.step_count}"
-        return result
+    def run(self, *args, **kwargs):
+        return record.run(self, base.run, *args, **kwargs)
 
     run.__doc__ = base.run.__doc__
-    # A subclass made for this driver alone: it stays a VMC (TDVP, ...) for
-    # isinstance, NetKet and nkserde, and only run() differs.
-    wrapper = type(
+    driver.__class__ = type(
         base.__name__,
         (base,),
         {
             "run": run,
-            "last_checkpoint": None,
+            "last_checkpoint": property(lambda self: record.last, doc="The Checkpoint of the latest run()."),
             "checkpoint_directory": directory,
-            "_nkserde_wrapper": True,
+            "_nkserde_checkpointed": record,
+            WRAPPER_MARK: True,
             "__module__": base.__module__,
             "__qualname__": base.__qualname__,
             "__doc__": base.__doc__,
         },
     )
-    driver.__class__ = wrapper
     return driver

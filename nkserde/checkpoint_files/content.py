@@ -43,7 +43,7 @@ def payload(driver, completed_steps: int, stopped: bool, target, loggers, callba
         LOGGERS: loggers,
         CALLBACKS: callbacks,
         LAYOUT: LAYOUT_VERSION,
-        HISTORY: None,  # set as the checkpoint is written (nkserde.checkpoint.histories)
+        HISTORY: None,  # set as the checkpoint is written (nkserde.checkpoint.logger_histories)
     }
 
 

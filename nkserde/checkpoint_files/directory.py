@@ -6,7 +6,7 @@ what is *in* a checkpoint file is nkserde.checkpoint_files.content's).
     ckpt/                      a Checkpoint's directory
       step-0000000015.nks      one checkpoint: 15 completed steps
       history-000001.nkh       the loggers' histories the checkpoints refer to
-                               (nkserde.format.history_log; nkserde.checkpoint.histories)
+                               (nkserde.format.history_log; nkserde.checkpoint.logger_histories)
       fingerprint.json         what defines the run (nkserde.checkpoint.fingerprint)
       .lock                    while a run uses the directory (DirectoryLock)
       error-requeues           how often SLURM jobs of the run were requeued after it failed
@@ -357,7 +357,7 @@ class RunDirectory:
 
     def retire(self, policy, newest: int, failed: list | None = None) -> list[int]:
         """Deletes the checkpoints ``policy`` (a
-        :class:`nkserde.checkpoint.retention.Retention`) does not keep once
+        :class:`nkserde.checkpoint.keep_policy.KeepPolicy`) does not keep once
         ``newest`` is written and verified; returns their steps. A deletion
         that fails (a read-only file system) leaves the file and appends
         ``(step, OSError)`` to ``failed`` (raised if ``failed`` is None)."""

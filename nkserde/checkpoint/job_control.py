@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
+from dataclasses import dataclass
 
 from .._log import say
+from .durations import format_duration
+from .option_checks import bad_option, is_number, one_of, whole
+from .process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
 from .walltime import WalltimeGuard
 
@@ -31,11 +34,28 @@ WALLTIME = 1000
 # resumes it. What a job script tests instead of a file of its own.
 EXIT_INTERRUPTED = 75
 
-REQUEUE_MODES = ("auto", "never")
+DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 
-# steps completed by checkpointed runs in this process: a job that made no
-# progress is not requeued (its next attempt would make none either)
-_steps_done_here = 0
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What a checkpointed run does about the job it runs in, checked (the
+    Checkpoint's options of these names): ``walltime`` (``"auto"``,
+    seconds from the run's start, or None), ``requeue`` (``"auto"``,
+    ``"never"``), ``requeue_on_error`` (an int >= 0) and the ``signals``
+    that stop a run with a checkpoint."""
+
+    walltime: float | str | None = "auto"
+    requeue: str = "auto"
+    requeue_on_error: int = 0
+    signals: tuple = DEFAULT_SIGNALS
+
+    def __post_init__(self):
+        if not (self.walltime is None or self.walltime == "auto" or (is_number(self.walltime) and self.walltime > 0)):
+            raise bad_option("walltime", '"auto", None or a positive number of seconds', self.walltime)
+        one_of("requeue", self.requeue)
+        whole("requeue_on_error", self.requeue_on_error, least=0)
+        object.__setattr__(self, "signals", tuple(self.signals))
 
 
 def stop_name(reason: int) -> str:
@@ -46,15 +66,6 @@ def stop_name(reason: int) -> str:
         return signal.Signals(reason).name
     except ValueError:
         return f"signal {reason}"
-
-
-def count_step() -> None:
-    global _steps_done_here
-    _steps_done_here += 1
-
-
-def progressed() -> bool:
-    return _steps_done_here > 0
 
 
 class JobControl:
@@ -82,7 +93,7 @@ class JobControl:
             if left is not None:
                 guard = WalltimeGuard(now + left, lag_steps=lag_steps)
                 say(
-                    f"{label}: SLURM job {job.job_id} ends in {_duration(left)}; the run stops with a checkpoint "
+                    f"{label}: SLURM job {job.job_id} ends in {format_duration(left)}; the run stops with a checkpoint "
                     "when the time left falls below a step plus a checkpoint"
                 )
         elif isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
@@ -117,8 +128,8 @@ class JobControl:
             if not guard.due(now):
                 return False
         say(
-            f"{self.label}: {_duration(guard.time_left(now))} left before the job's end, a step and a "
-            f"checkpoint take up to {_duration(guard.reserve())}: stopping now"
+            f"{self.label}: {format_duration(guard.time_left(now))} left before the job's end, a step and a "
+            f"checkpoint take up to {format_duration(guard.reserve())}: stopping now"
         )
         return True
 
@@ -160,7 +171,7 @@ class JobControl:
             what = "not a batch job" if not state.batch else "submitted with --no-requeue"
             say(f"{self.label}: SLURM job {job.job_id} cannot be requeued ({what}): submit it again to resume")
             return False
-        if not progressed():
+        if not PROCESS_RUNS.progressed:  # its next attempt would make no progress either
             say(
                 f"{self.label}: not requeued: this job completed no step before {why} (a step and a "
                 "checkpoint take longer than the job has?)",
@@ -230,12 +241,3 @@ def absorb_late_signals(signals) -> None:
 
 def _late_signal(signum, frame):
     say(f"{stop_name(signum)} after the checkpointed run ended: ignored (the job's --signal; nothing to stop)")
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return time.strftime("%H:%M:%S", time.gmtime(seconds)) if seconds < 86400 else f"{seconds / 86400:.1f} days"

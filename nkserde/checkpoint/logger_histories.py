@@ -137,7 +137,7 @@ def _stub(logger: dict, series: list) -> dict:
     }
 
 
-class HistoryLog:
+class HistoryAppender:
     """Process 0's account of what the history logs of ``directory`` hold
     of this run's loggers: where they end (the position after the last
     record appended) and, per logger and series, the rows up to there."""
@@ -200,7 +200,7 @@ class HistoryLog:
             rows[key] = {path: _Series(s["columns"], n) for path, s, n in series}
         state[checkpoint_file.LOGGERS] = primary(out) if isinstance(stored, Primary) else out
         if not logged:
-            return state, _nothing()
+            return state, _no_history_steps()
         record = history_log.encode_record({"step": step, "loggers": entries}) if entries else None
         return state, self._append_steps(record, rows)
 
@@ -229,7 +229,9 @@ class HistoryLog:
         return {"file": path.name, "id": file_id, "end": end, "records": 1, "chain": chain}
 
 
-def _nothing():
+def _no_history_steps():
+    """The write steps of a checkpoint whose loggers keep no history: one
+    step that appends nothing and records no position."""
     yield
     return None
 
@@ -399,8 +401,8 @@ def _rebuild(key, stub, chunks: dict) -> dict:
                 part[n].dtype != columns[n].dtype or part[n].shape[1:] != columns[n].shape[1:] for n in columns
             ):
                 raise CorruptFileError(
-                    f"{_where(key, spath)}: the history log holds columns {_describe(part)}, "
-                    f"the checkpoint {_describe(columns)}"
+                    f"{_where(key, spath)}: the history log holds columns {_column_layouts(part)}, "
+                    f"the checkpoint {_column_layouts(columns)}"
                 )
         found = sum(len(next(iter(p.values()))) for p in parts)
         if found != rows:
@@ -428,5 +430,6 @@ def _is_row(last, columns: dict) -> bool:
     )
 
 
-def _describe(columns: dict) -> str:
+def _column_layouts(columns: dict) -> str:
+    """``{name: dtype[row shape]}`` of a series' columns, for errors."""
     return "{" + ", ".join(f"{n}: {a.dtype}{list(a.shape[1:])}" for n, a in columns.items()) + "}"

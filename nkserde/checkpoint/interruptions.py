@@ -1,0 +1,123 @@
+"""What stops a checkpointed run before its end, and what follows: the
+signals it catches (SIGTERM, SIGUSR1; Ctrl-C deferred while a step is
+half done or a checkpoint is being written), the walltime guard of the
+job it runs in, the stop flag the processes of a multi-process run share
+so that they all stop at the same step, and the requeue of the job once
+the stopped (or failed) run is checkpointed. No NetKet.
+
+    stops = Interruptions("ckpt", JobOptions(walltime="auto", requeue="auto"))
+    stops.start(run)                     # on_run_start: handlers, the job, the flag
+    stops.step_started(now)              # every step start
+    reason = stops.requested(run, now)   # stop now, with a checkpoint? (every process agrees)
+    job = stops.end()                    # the run's end: handlers put back
+    job.after_stop(reason, signals)      # process 0, once the run is checkpointed
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import jax
+
+from .._log import say
+from ..checkpoint_files.directory import RunDirectory
+from ..processes.jax_service import coordination_name, multi_process, stop_flag
+from . import job_control
+from .job_control import WALLTIME, JobControl, JobOptions
+from .process_runs import PROCESS_RUNS
+from .run_state import Run
+from .signals import SignalCatcher
+from .slurm import current_job
+
+
+class Interruptions:
+    """The stops of the runs checkpointed in ``directory``, as ``options``
+    say: on its signals, by the job's walltime, and the requeue of the job
+    that follows."""
+
+    def __init__(self, directory, options: JobOptions):
+        self.directory = directory
+        self.options = options
+        self.job: JobControl | None = None  # the job of the run going on
+        self._run: Run | None = None
+        self._flag = None  # a StopFlag shared by the processes of a multi-process run
+        self.catcher = SignalCatcher(
+            options.signals,
+            # Ctrl-C from a step's sampling to its end, or in a save: the
+            # step (the save) finishes, is checkpointed, then Ctrl-C is raised
+            busy=lambda: self._run is not None and (self._run.changing is not None or self._run.saving),
+            on_defer=lambda: say(
+                f"{directory}: Ctrl-C: finishing this step and checkpointing it; Ctrl-C again stops at once "
+                "(the newest checkpoint on disk stays)"
+            ),
+        )
+
+    def start(self, run: Run) -> None:
+        """The run starts: its signal handlers, its job (process 0 alone
+        asks SLURM, and decides), the stop flag of its processes."""
+        self._run = run
+        # decided when the run starts, not when the callback is built
+        # (a script may build it before jax.distributed.initialize())
+        self.catcher.defer_sigint = not multi_process()
+        self.catcher.install()
+        self.job = JobControl.start(
+            current_job() if jax.process_index() == 0 else None,
+            requeue=self.options.requeue,
+            walltime=self.options.walltime if jax.process_index() == 0 else None,
+            lag_steps=2 if multi_process() else 0,  # the stop flag's slack (coordination.StopFlag)
+            label=str(self.directory),
+            now=time.monotonic(),
+        )
+        if multi_process() and (self.options.signals or self.options.walltime is not None):
+            self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
+
+    def step_started(self, now: float) -> None:
+        self.job.step_started(now)
+
+    def saved(self, seconds: float) -> None:
+        """A checkpoint took ``seconds`` of the run (the walltime guard
+        keeps time for the last one)."""
+        if self.job is not None:
+            self.job.saved(seconds)
+
+    def requested(self, run: Run, now: float) -> int | None:
+        """The reason (a signal number, or WALLTIME) every process stops
+        the run at this step, or None. One non-blocking request per step
+        with several processes: a signal may reach them at different steps
+        (see coordination.StopFlag)."""
+        requested = self.catcher.received or (WALLTIME if self.job.due(now) else None)
+        return requested if self._flag is None else self._flag.check(run.completed, requested)
+
+    def take_interrupt(self) -> bool:
+        """Whether a Ctrl-C was deferred (and is now to be raised)."""
+        pending, self.catcher.interrupt_pending = self.catcher.interrupt_pending, False
+        return pending
+
+    @property
+    def interrupt_pending(self) -> bool:
+        return self.catcher.interrupt_pending
+
+    def end(self) -> JobControl | None:
+        """The run ended: the flag closed, the handlers put back, a late
+        ``--signal`` of the job absorbed. Returns the run's job."""
+        if self._flag is not None:
+            self._flag.close()
+        job, self.job, self._run, self._flag = self.job, None, None, None
+        self.catcher.restore()
+        if current_job() is not None:  # every process of the job
+            job_control.absorb_late_signals(self.options.signals)
+        return job
+
+    def requeue_after_error(self, job: JobControl | None, files: RunDirectory) -> None:
+        """Process 0, once the run that failed is checkpointed: the requeue,
+        at most ``requeue_on_error`` times over the run's jobs."""
+        limit = self.options.requeue_on_error
+        if job is None or not limit:
+            return
+        try:
+            count = files.error_requeues()
+            # counted before the requeue: SLURM ends the job as soon as it is requeued
+            job.after_error(count, limit, count_it=files.count_error_requeue)
+        except Exception as exc:  # never mask the error that stopped the run
+            say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)

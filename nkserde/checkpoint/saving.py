@@ -1,0 +1,159 @@
+"""The save path of a checkpointed run: a checkpoint of the driver at a
+step boundary, written (in the background or not) and verified, then the
+checkpoints the keep policy no longer keeps retired; a write that fails
+warned about or raised (``on_write_error``), a deletion that fails warned
+about apart. At most one write is in flight.
+
+    saver = Saver(files, keep=KeepLatest(3), on_write_error="warn")
+    seconds = saver.save(driver, run, asynchronous=True)   # the run's share
+    saver.wait()                                           # on disk (or failed)
+    saver.finish()                                         # the run's end
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import jax
+
+from .. import api
+from .._log import say
+from .._warnings import outside
+from ..checkpoint_files import content as checkpoint_file
+from ..checkpoint_files.directory import RunDirectory
+from ..errors import NkserdeError
+from ..placement import primary
+from ..processes.jax_service import coordination_name
+from .background_write import CheckpointWriter
+from .restore import payload
+from .run_state import Run
+from .snapshot import host_copy
+
+
+class Saver:
+    """Writes the checkpoints of the runs in ``files`` (a RunDirectory);
+    ``keep``: the policy retention applies after each verified write."""
+
+    def __init__(self, files: RunDirectory, *, keep, on_write_error: str):
+        self.files = files
+        self.keep = keep
+        self.on_write_error = on_write_error
+        self.writer = CheckpointWriter(files.path)
+        self._retire_failures: list = []  # (step, OSError) from the writing thread
+
+    def save(self, driver, run: Run, *, asynchronous: bool, stopped: bool = False) -> float:
+        """Checkpoints ``run.completed`` steps of ``driver``; returns the
+        seconds the run's thread spent (all of the write unless
+        ``asynchronous``: then :meth:`wait_timed` counts the rest), which
+        the run's save schedule counts as a checkpoint's cost."""
+        completed = run.completed
+        started = time.monotonic()
+        run.saving = True  # a Ctrl-C now waits for the save (see SignalCatcher)
+        try:
+            # the write in flight appends to the history log: this one's rows start where it ended
+            self.writer.wait()
+            self.settle()
+            state = api.state_dict(payload(driver, run, completed, stopped))
+            # the loggers' rows since the last checkpoint, copied, to be appended to the history log
+            state, history = run.histories.prepare(state, completed)
+            if asynchronous:
+                state = host_copy(state)
+            path = self.files.step_path(completed)
+            try:
+                steps = self._write_steps(state, path, completed, history)
+                self.writer.submit(steps, asynchronous=asynchronous, target=path)
+            except NkserdeError as exc:
+                run.last_saved = completed  # a failed checkpoint is not retried at the same step
+                self._failed(exc)
+            else:
+                run.last_saved = completed  # (a KeyboardInterrupt leaves it unsaved: retried on the way out)
+        finally:
+            run.saving = False
+        seconds = run.snapshot_seconds = time.monotonic() - started
+        if not asynchronous and run.schedule is not None:
+            run.schedule.saved(seconds)
+        return seconds
+
+    def wait(self) -> None:
+        """Blocks until the write in flight (if any) has finished; whatever
+        the background thread has not done yet, this thread does."""
+        self.writer.wait()
+
+    def wait_timed(self, run: Run | None) -> float | None:
+        """:meth:`wait`; if that ended a background write of ``run``: the
+        seconds from its snapshot to its file, once the schedule counted
+        what the write cost the run (its snapshot, this wait, and the CPU
+        its thread used, which a run whose steps fill every core loses; on
+        a node with idle cores this counts it twice: the budget is kept
+        either way)."""
+        writer = self.writer
+        writes, waited = len(writer.lags), time.monotonic()
+        writer.wait()
+        waited = time.monotonic() - waited
+        if run is None or run.schedule is None or len(writer.lags) == writes:
+            return None
+        run.schedule.saved(run.snapshot_seconds + waited + writer.background_cpu)
+        return writer.lags[-1][1]
+
+    def settle(self) -> None:
+        """The error of the last write, if it failed: raised or warned about
+        (``on_write_error``); checkpoints retention could not delete: warned
+        about."""
+        self._warn_retire_failures()
+        try:
+            self.writer.raise_error()
+        except NkserdeError as exc:
+            self._failed(exc)
+
+    def finish(self, raise_write_error: bool = True) -> None:
+        """The run's end: the last write's error settled as :meth:`settle`
+        does, or (``raise_write_error=False``, a run that failed: never
+        mask its error) logged."""
+        if raise_write_error:
+            self.settle()
+            return
+        self._warn_retire_failures()
+        if self.writer.error is not None:
+            say(f"{self.files.path}: writing a checkpoint failed: {self.writer.discard_error()}", logging.WARNING)
+
+    def newest(self) -> str:
+        """Which checkpoint a rerun resumes, in words."""
+        try:
+            steps = self.files.steps()
+        except OSError:
+            steps = []
+        return (
+            f"{self.files.step_path(steps[-1]).name} is the newest checkpoint"
+            if steps
+            else "there is no checkpoint yet"
+        )
+
+    def _warn_retire_failures(self):
+        while self._retire_failures:
+            step, exc = self._retire_failures.pop(0)
+            warnings.warn(
+                f"nkserde: {self.files.path}: deleting {self.files.step_path(step).name} (retention) failed: "
+                f"{exc.strerror or exc}; it stays on disk",
+                stacklevel=outside(),
+            )
+
+    def _failed(self, exc: NkserdeError):
+        if self.on_write_error == "raise":
+            raise exc
+        warnings.warn(f"nkserde: {exc}; {self.newest()}; the run goes on (on_write_error='warn')", stacklevel=outside())
+
+    def _write_steps(self, state, path, completed, history=None):
+        """The steps of writing one checkpoint (see background_write.BackgroundWrite).
+        ``history``: process 0's steps appending its loggers' new rows to the
+        history log, first: they return the position the checkpoint records."""
+        if history is not None:
+            state = {**state, checkpoint_file.HISTORY: primary((yield from history))}
+        # every process together; one write in flight, so one key sequence for the directory
+        sequence = coordination_name("checkpoint:save", self.files.path)
+        yield from api.save_state_dict_steps(state, path, root_type=checkpoint_file.ROOT_TYPE, sequence=sequence)
+        if jax.process_index() == 0:  # directory upkeep is process 0's
+            yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
+            # a deletion that fails is not a failure of this write: said apart
+            self.files.retire(self.keep, completed, failed=self._retire_failures)
