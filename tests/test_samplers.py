@@ -39,6 +39,10 @@ each sampler compiles its chain once.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import flax.linen as nn
@@ -51,6 +55,7 @@ import pytest
 
 import nkserde
 import builders
+from nkserde import jax_cache
 from builders import N, assert_differs, assert_identical, assert_unchanged, leaves, system
 
 R = nk.sampler.rules
@@ -622,3 +627,60 @@ def test_a_different_number_of_chains_keeps_what_fits(tmp_path, saved_chains, wa
         loaded.sample()
         chains = np.asarray(loaded.sampler_state.σ)
         assert not np.array_equal(chains[saved_chains:], chains[: wanted - saved_chains])
+
+
+# --------------------------------------------------------------------------- files of schema version 1
+
+# MCState and MCMixedState files written by nkserde at d346256 (schema
+# version 1) while samples were cached; see the directory's write.py.
+VERSION_1 = Path(__file__).parent / "fixtures" / "cached-samples-d346256"
+
+
+def _version_1_writer():
+    spec = importlib.util.spec_from_file_location("cached_samples_d346256", VERSION_1 / "write.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _computed_as_recorded() -> bool:
+    """Whether this NetKet, JAX and CPU compute what the writer's run
+    recorded (XLA compiles for the CPU it runs on: see test_fixtures.py)."""
+    recorded = json.loads((VERSION_1 / "recorded.json").read_text())
+    here = (nk.__version__, jax.__version__, jax_cache.cpu_kind(), os.environ.get("XLA_FLAGS", ""))
+    return (recorded["netket"], recorded["jax"], recorded["cpu"], recorded["xla_flags"]) == here
+
+
+def test_version_1_numpy_file_saved_with_cached_samples():
+    """Version 1 stored no cached batch: the numpy sampler's state in the
+    file is the state after the cached samples, and the loaded state's
+    first samples are the ones after them, as they were when written."""
+    path = VERSION_1 / "numpy.nks"
+    assert nkserde.info(path)["types"]["netket.vqs.MCState"] == 1
+    writer = _version_1_writer()
+    loaded = nkserde.load(writer.build_numpy(seed=11, sampler_seed=12), path)
+    assert loaded._samples is None
+    assert_identical(loaded.sampler_state, nkserde.load(loaded.sampler_state, path, at="sampler_state"))
+    recorded = np.load(VERSION_1 / "recorded.npz")
+    first = np.asarray(loaded.samples)
+    assert first.shape == recorded["numpy_next"].shape and first.dtype == recorded["numpy_next"].dtype
+    if _computed_as_recorded():
+        assert first.tobytes() == recorded["numpy_next"].tobytes()
+        assert first.tobytes() != recorded["numpy_cached"].tobytes()
+
+
+def test_version_1_mixed_state_saved_with_cached_samples():
+    """An MCMixedState of version 1 (JAX samplers: the states the cached
+    samples were drawn from) redraws the cached samples of the density
+    matrix and of its diagonal."""
+    path = VERSION_1 / "mixed.nks"
+    assert nkserde.info(path)["types"]["netket.vqs.MCMixedState"] == 1
+    writer = _version_1_writer()
+    loaded = nkserde.load(writer.build_mixed(seed=11, sampler_seed=12), path)
+    recorded = np.load(VERSION_1 / "recorded.npz")
+    samples, diagonal = np.asarray(loaded.samples), np.asarray(loaded.diagonal.samples)
+    assert samples.shape == recorded["mixed_cached"].shape
+    assert diagonal.shape == recorded["mixed_diagonal_cached"].shape
+    if _computed_as_recorded():
+        assert samples.tobytes() == recorded["mixed_cached"].tobytes()
+        assert diagonal.tobytes() == recorded["mixed_diagonal_cached"].tobytes()
