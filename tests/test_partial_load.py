@@ -88,6 +88,7 @@ def test_mcstate_into_full_sum_state_and_the_report(trained):
     _, _, H = builders.system()
     assert exact.expect(H).mean != builders.full_sum_state().expect(H).mean
     assert report.unexpected == [
+        "state/cached_samples",
         "state/n_discard_per_chain",
         "state/n_samples",
         "state/sampler_seed",
@@ -117,7 +118,13 @@ def test_full_sum_state_into_mcstate_keeps_the_template_sampler(tmp_path):
         vs, report = nkserde.load(template, tmp_path / "exact.nks", strict=False, report=True)
     assert _same(vs.parameters, exact.parameters)
     assert _same(vs.sampler_state.σ, template.sampler_state.σ)
-    assert sorted(report.missing) == ["n_discard_per_chain", "n_samples", "sampler_seed", "sampler_state"]
+    assert sorted(report.missing) == [
+        "cached_samples",
+        "n_discard_per_chain",
+        "n_samples",
+        "sampler_seed",
+        "sampler_state",
+    ]
     assert "sampler_state" in str(report) and _no_partial_load_warning(record)
 
 

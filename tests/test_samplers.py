@@ -9,16 +9,19 @@ differs. Loading the original's file into the template must give an object
 of the template's type holding the original's bytes, must leave the template
 untouched, and must then sample exactly as the original does.
 
-Sampling semantics checked here (nkserde follows NetKet's own
-serialization): while an MCState holds cached samples, the file holds the
-sampler state those samples were drawn *from*, so ``loaded.samples`` equals
-``original.samples``; the sample after that equals the original's next
-sample. Without cached samples (``reset()``, as after a parameter update in
-a driver) the file holds the current sampler state, and the next
-``sample()`` of both is identical. The numpy samplers mutate their state in
-place (``vs._sampler_state_previous is vs.sampler_state``), so the state the
-cached samples came from no longer exists when saving: for them the loaded
-state's first ``samples`` equals the original's *next* ``sample()``.
+Sampling semantics checked here, for every sampler alike: while an MCState
+holds cached samples, ``loaded.samples`` equals ``original.samples`` and
+every ``sample()`` after that equals the original's next one. nkserde
+follows NetKet's own serialization: the file holds the sampler state the
+cached samples were drawn *from*, and the loaded state draws them again.
+The numpy samplers change their state in place (``vs._sampler_state_previous
+is vs.sampler_state``): the state the cached samples came from no longer
+exists when saving, so the file holds the cached batch itself with the state
+after it. The one difference: a first ``loaded.sample()`` (not
+``loaded.samples``) draws the cached batch again for a JAX sampler, the
+original's next batch for a numpy one. Without cached samples (``reset()``,
+as after a parameter update in a driver) the file holds the current sampler
+state, and the next ``sample()`` of both is identical.
 
 Continuing a chain directly (``sampler.sample(..., state=loaded)``, no
 reset) needs the Metropolis ``log_prob`` of the chains, stored since schema
@@ -39,6 +42,10 @@ each sampler compiles its chain once.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
+import os
+from pathlib import Path
 from types import SimpleNamespace
 
 import flax.linen as nn
@@ -51,6 +58,8 @@ import pytest
 
 import nkserde
 import builders
+from nkserde import jax_cache
+from nkserde.errors import TemplateMismatchError
 from builders import N, assert_differs, assert_identical, assert_unchanged, leaves, system
 
 R = nk.sampler.rules
@@ -70,8 +79,10 @@ SEEDS_TEMPLATE = dict(seed=11, sampler_seed=12)
 _WIDE = jax.nn.initializers.normal(0.5)
 
 
-def rbm():
-    return nk.models.RBM(alpha=1, param_dtype=float, kernel_init=_WIDE, hidden_bias_init=_WIDE, visible_bias_init=_WIDE)
+def rbm(param_dtype=float):
+    return nk.models.RBM(
+        alpha=1, param_dtype=param_dtype, kernel_init=_WIDE, hidden_bias_init=_WIDE, visible_bias_init=_WIDE
+    )
 
 
 def array_leaves_bytes(tree):
@@ -220,6 +231,47 @@ def case_custom_numpy():
     return _spin(nk.sampler.MetropolisCustomNumpy(hi, moves, n_chains=N_CHAINS))
 
 
+# NetKet's own sampler tests (test/sampler/test_sampler.py) run the numpy
+# samplers with a complex RBM at machine_pow 1 and 2: MetropolisLocalNumpy,
+# chunked (chunk_size) or not, MetropolisHamiltonianNumpy with reset_chains,
+# MetropolisCustom with sigma_x moves. With the cases above (a real RBM,
+# machine_pow 2) each of them runs at both powers, each with a complex model.
+
+
+def _complex_rbm():
+    return rbm(complex)
+
+
+def case_local_numpy_complex_mpow1():
+    _, hi, _ = system()
+    return _spin(nk.sampler.MetropolisLocalNumpy(hi, n_chains=N_CHAINS, machine_pow=1), model=_complex_rbm)
+
+
+def case_local_numpy_chunked():
+    _, hi, _ = system()
+    return _spin(nk.sampler.MetropolisLocalNumpy(hi, n_chains=N_CHAINS, chunk_size=4), model=_complex_rbm)
+
+
+def case_local_numpy_chunked_mpow1():
+    _, hi, _ = system()
+    sampler = nk.sampler.MetropolisLocalNumpy(hi, n_chains=N_CHAINS, chunk_size=4, machine_pow=1)
+    return _spin(sampler, model=_complex_rbm)
+
+
+def case_hamiltonian_numpy_reset_chains_mpow1():
+    _, hi, H = system()
+    sampler = nk.sampler.MetropolisHamiltonianNumpy(
+        hi, H.to_local_operator(), n_chains=N_CHAINS, reset_chains=True, machine_pow=1
+    )
+    return _spin(sampler, model=_complex_rbm)
+
+
+def case_custom_numpy_complex_mpow1():
+    _, hi, _ = system()
+    moves = sum(nk.operator.spin.sigmax(hi, i) for i in range(N))
+    return _spin(nk.sampler.MetropolisCustomNumpy(hi, moves, n_chains=N_CHAINS, machine_pow=1), model=_complex_rbm)
+
+
 CASES = {name[len("case_") :]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 PARALLEL_TEMPERING = {"parallel_tempering_local", "parallel_tempering_exchange", "parallel_tempering_hamiltonian"}
 
@@ -251,6 +303,9 @@ def case(request, tmp_path_factory):
     nkserde.save(orig, path)
     saved = leaves(orig)  # the tests below sample `orig` further; `loaded` is never mutated
     loaded = nkserde.load(template, path)
+    # what the saved state holds and draws next, uninterrupted
+    cached = np.array(orig.samples)
+    straight = [np.array(orig.sample()) for _ in range(2)]
     return SimpleNamespace(
         name=request.param,
         spec=spec,
@@ -261,6 +316,8 @@ def case(request, tmp_path_factory):
         template_samples=template_samples,
         loaded=loaded,
         path=path,
+        cached=cached,
+        straight=straight,
     )
 
 
@@ -292,12 +349,19 @@ def test_mcstate_round_trip(case):
 
 
 def test_state_dict_round_trip(case):
-    """The in-memory path gives the same object as the file path."""
-    sd = nkserde.state_dict(case.orig)
+    """The in-memory path gives the same object as the file path, one of
+    its own: sampling either leaves the other's chains alone (the numpy
+    samplers write their chains in place)."""
+    orig = case.orig
+    sd = nkserde.state_dict(orig)
     restored = nkserde.from_state_dict(case.template, sd)
     assert type(restored) is type(case.template)
-    assert_identical(case.orig, restored)
+    assert_identical(orig, restored)
     assert_unchanged(case.template_before, case.template)
+    assert np.asarray(restored.samples).tobytes() == np.asarray(orig.samples).tobytes()
+    for _ in range(2):
+        a, b = np.asarray(orig.sample()), np.asarray(restored.sample())
+        assert a.tobytes() == b.tobytes()
 
 
 def _sampler_state_fields_nontrivial(name, state):
@@ -315,21 +379,39 @@ def test_loaded_state_samples_like_original(case, tmp_path):
     assert orig._samples is not None  # saved while samples are cached
     nkserde.save(orig, tmp_path / "vs.nks")
     loaded = nkserde.load(template, tmp_path / "vs.nks")
-    if is_numpy_sampler(orig.sampler):
-        # the numpy state was mutated in place: the file holds the state
-        # *after* the cached samples (see the module docstring)
-        assert orig._sampler_state_previous is orig.sampler_state
-        first = np.asarray(loaded.samples)
-        assert first.tobytes() == np.asarray(orig.sample()).tobytes()
-    else:
-        # the file holds the state the cached samples were drawn from
-        assert np.asarray(loaded.samples).tobytes() == np.asarray(orig.samples).tobytes()
+    # the original's cached samples (drawn again from the state they came
+    # from, or for the numpy samplers, which leave no such state, the file's)
+    assert np.asarray(loaded.samples).tobytes() == np.asarray(orig.samples).tobytes()
     # from here on both continue identically
     for _ in range(2):
         a, b = np.asarray(orig.sample()), np.asarray(loaded.sample())
         assert a.tobytes() == b.tobytes()
     assert_identical(orig, loaded)
     assert_unchanged(case.template_before, template)
+
+
+def test_fresh_template_draws_the_cached_then_the_next_samples(case):
+    """The file of the fixture, saved while samples were cached, loaded
+    into a template that never sampled (the numpy samplers' state is then
+    provisional for a complex model): its samples are the cached ones, then
+    each ``sample()`` the uninterrupted run's next, bit for bit."""
+    loaded = nkserde.load(make_vs(case.spec, **SEEDS_TEMPLATE), case.path)
+    assert np.asarray(loaded.samples).tobytes() == case.cached.tobytes()
+    for expected in case.straight:
+        assert np.asarray(loaded.sample()).tobytes() == expected.tobytes()
+
+
+def test_first_sample_call_after_load(case):
+    """An explicit first ``sample()`` after the load: a JAX sampler draws
+    the cached samples again from the stored state they came from (as
+    NetKet's own serialization does); the numpy samplers' file holds the
+    state after them, whose draw is the uninterrupted run's next; the cached
+    batch stays available as ``samples`` until then."""
+    loaded = nkserde.load(make_vs(case.spec, **SEEDS_TEMPLATE), case.path)
+    numpy = is_numpy_sampler(case.spec["sampler"])
+    assert (loaded._samples is not None) is numpy
+    first = np.asarray(loaded.sample())
+    assert first.tobytes() == (case.straight[0] if numpy else case.cached).tobytes()
 
 
 def test_next_sample_after_reset_identical(case, tmp_path):
@@ -408,15 +490,34 @@ def test_sampler_state_direct(case, tmp_path):
     assert_identical(next_a, next_b)
 
 
+def test_a_cached_batch_that_the_sampler_cannot_draw_is_refused(tmp_path):
+    """A file whose cached samples are not configurations of the template's
+    sampler (another number of sites, another dtype) is refused, naming the
+    file, the field and both shapes; never loaded as samples."""
+    spec = CASES["local_numpy"]()
+    vs = make_vs(spec, **SEEDS_ORIGINAL)
+    vs.sample()
+    state = nkserde.state_dict(vs)
+    cached = state["cached_samples"].value
+    for name, bad in (("sites", cached[..., :-1]), ("dtype", cached.astype(np.float32))):
+        state["cached_samples"] = bad
+        path = nkserde.save_state_dict(state, tmp_path / f"{name}.nks")
+        with pytest.raises(TemplateMismatchError, match=r"cached_samples: file has ") as refused:
+            nkserde.load(make_vs(spec, **SEEDS_TEMPLATE), path)
+        message = str(refused.value)
+        assert str(path) in message and f"{bad.dtype}{list(bad.shape)}" in message
+        assert f"{cached.dtype}[{N_CHAINS}, chain_length, {N}]" in message
+
+
 # --------------------------------------------------------------------------- MCMixedState
 
 
-def _mixed_state(seed, sampler_seed):
+def _mixed_state(seed, sampler_seed, diagonal_sampler=nk.sampler.MetropolisLocal):
     g, hi, H = system()
     jump_ops = [nk.operator.spin.sigmam(hi, i) for i in range(N)]
     lind = nk.operator.LocalLiouvillian(H.to_local_operator(), jump_ops)
     sampler = nk.sampler.MetropolisLocal(lind.hilbert, n_chains=N_CHAINS)
-    sampler_diag = nk.sampler.MetropolisLocal(hi, n_chains=N_CHAINS)
+    sampler_diag = diagonal_sampler(hi, n_chains=N_CHAINS)
     vs = nk.vqs.MCMixedState(
         sampler,
         nk.models.NDM(alpha=1, beta=1),
@@ -431,13 +532,15 @@ def _mixed_state(seed, sampler_seed):
     return vs, lind
 
 
-@pytest.fixture(scope="module")
-def mixed(tmp_path_factory):
-    orig, lind = _mixed_state(**SEEDS_ORIGINAL)
+# the diagonal's sampler: a JAX one, or a numpy one (whose cached samples
+# the file holds)
+@pytest.fixture(scope="module", params=[nk.sampler.MetropolisLocal, nk.sampler.MetropolisLocalNumpy])
+def mixed(request, tmp_path_factory):
+    orig, lind = _mixed_state(**SEEDS_ORIGINAL, diagonal_sampler=request.param)
     orig.sample()
     orig.sample()
     orig.diagonal.sample()
-    template, _ = _mixed_state(**SEEDS_TEMPLATE)
+    template, _ = _mixed_state(**SEEDS_TEMPLATE, diagonal_sampler=request.param)
     template.sample()
     template.diagonal.sample()
     before = leaves(template)
@@ -622,3 +725,60 @@ def test_a_different_number_of_chains_keeps_what_fits(tmp_path, saved_chains, wa
         loaded.sample()
         chains = np.asarray(loaded.sampler_state.σ)
         assert not np.array_equal(chains[saved_chains:], chains[: wanted - saved_chains])
+
+
+# --------------------------------------------------------------------------- files of schema version 1
+
+# MCState and MCMixedState files written by nkserde at d346256 (schema
+# version 1) while samples were cached; see the directory's write.py.
+VERSION_1 = Path(__file__).parent / "fixtures" / "cached-samples-d346256"
+
+
+def _version_1_writer():
+    spec = importlib.util.spec_from_file_location("cached_samples_d346256", VERSION_1 / "write.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _computed_as_recorded() -> bool:
+    """Whether this NetKet, JAX and CPU compute what the writer's run
+    recorded (XLA compiles for the CPU it runs on: see test_fixtures.py)."""
+    recorded = json.loads((VERSION_1 / "recorded.json").read_text())
+    here = (nk.__version__, jax.__version__, jax_cache.cpu_kind(), os.environ.get("XLA_FLAGS", ""))
+    return (recorded["netket"], recorded["jax"], recorded["cpu"], recorded["xla_flags"]) == here
+
+
+def test_version_1_numpy_file_saved_with_cached_samples():
+    """Version 1 stored no cached batch: the numpy sampler's state in the
+    file is the state after the cached samples, and the loaded state's
+    first samples are the ones after them, as they were when written."""
+    path = VERSION_1 / "numpy.nks"
+    assert nkserde.info(path)["types"]["netket.vqs.MCState"] == 1
+    writer = _version_1_writer()
+    loaded = nkserde.load(writer.build_numpy(seed=11, sampler_seed=12), path)
+    assert loaded._samples is None
+    assert_identical(loaded.sampler_state, nkserde.load(loaded.sampler_state, path, at="sampler_state"))
+    recorded = np.load(VERSION_1 / "recorded.npz")
+    first = np.asarray(loaded.samples)
+    assert first.shape == recorded["numpy_next"].shape and first.dtype == recorded["numpy_next"].dtype
+    if _computed_as_recorded():
+        assert first.tobytes() == recorded["numpy_next"].tobytes()
+        assert first.tobytes() != recorded["numpy_cached"].tobytes()
+
+
+def test_version_1_mixed_state_saved_with_cached_samples():
+    """An MCMixedState of version 1 (JAX samplers: the states the cached
+    samples were drawn from) redraws the cached samples of the density
+    matrix and of its diagonal."""
+    path = VERSION_1 / "mixed.nks"
+    assert nkserde.info(path)["types"]["netket.vqs.MCMixedState"] == 1
+    writer = _version_1_writer()
+    loaded = nkserde.load(writer.build_mixed(seed=11, sampler_seed=12), path)
+    recorded = np.load(VERSION_1 / "recorded.npz")
+    samples, diagonal = np.asarray(loaded.samples), np.asarray(loaded.diagonal.samples)
+    assert samples.shape == recorded["mixed_cached"].shape
+    assert diagonal.shape == recorded["mixed_diagonal_cached"].shape
+    if _computed_as_recorded():
+        assert samples.tobytes() == recorded["mixed_cached"].tobytes()
+        assert diagonal.tobytes() == recorded["mixed_diagonal_cached"].tobytes()

@@ -6,6 +6,7 @@ Field names are nkserde's; see docs/schema.md. Arrays keep NetKet's dtypes
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import jax
@@ -185,7 +186,12 @@ def _jumped(generator: np.random.Generator, copy: int) -> np.random.Generator:
 
 def _numpy_state_from_state(template, fields):
     new = dataclasses.replace(template, **{attr: fields[key] for key, attr in _NUMPY.items()})
-    # scratch buffers must not be shared with the template
+    # NetKet's numpy samplers write the chains, their log_prob and the
+    # rule's scratch arrays in place: the new state gets arrays of its own
+    # (an in-memory state dict holds the saved state's; scratch buffers
+    # would be the template's)
+    new.σ, new.log_prob = np.array(new.σ), np.array(new.log_prob)
+    new.rule_state = copy.deepcopy(new.rule_state)
     new.σ1 = np.copy(template.σ1)
     new.log_prob_corr = np.copy(template.log_prob_corr)
     return new

@@ -23,6 +23,8 @@ import numpy as np
 
 from .._warnings import outside
 from .. import registry
+from ..errors import TemplateMismatchError
+from ..placement import PerProcess, per_process
 from . import internals
 from ._common import find
 
@@ -47,6 +49,7 @@ _MC_FIELDS = (
     "n_samples",
     "n_discard_per_chain",
     "chunk_size",
+    "cached_samples",
 )
 
 
@@ -54,7 +57,11 @@ def _mc_to_state(vs: nk.vqs.MCState) -> dict:
     parameters, model_state = _split_variables(vs.variables)
     # As NetKet does: while samples are cached, store the sampler state they
     # were drawn from, so a loaded state draws the very same samples again.
+    # A sampler that changes its state in place (NetKet's numpy samplers)
+    # leaves no such state (`_sampler_state_previous is sampler_state`):
+    # then the state after the draw is stored with the cached batch itself.
     sampler_state = vs._sampler_state_previous if vs._samples is not None else vs.sampler_state
+    redrawable = vs._samples is None or sampler_state is not vs.sampler_state
     return {
         "parameters": parameters,
         "model_state": model_state,
@@ -63,6 +70,9 @@ def _mc_to_state(vs: nk.vqs.MCState) -> dict:
         "n_samples": vs.n_samples,
         "n_discard_per_chain": vs.n_discard_per_chain,
         "chunk_size": vs.chunk_size,
+        # [n_chains, chain_length, N] of this process's chains (a numpy
+        # sampler runs its own chains in each process)
+        "cached_samples": None if redrawable else per_process(np.asarray(vs._samples)),
     }
 
 
@@ -73,9 +83,39 @@ def _mc_from_state(template: nk.vqs.MCState, f: dict) -> nk.vqs.MCState:
     new = copy.copy(template)
     new.reset()
     new.variables = _join_variables(f["parameters"], f["model_state"])
-    internals.set_sampler_state(new, _usable_chains(new, template, f["sampler_state"]))
+    sampler_state = _usable_chains(new, template, f["sampler_state"])
+    internals.set_sampler_state(new, sampler_state)
     new._sampler_seed = f["sampler_seed"]
+    # the cached batch was drawn by the stored chains: a re-drawn chain
+    # (see _usable_chains) makes it the samples of another state
+    if sampler_state is f["sampler_state"]:
+        new._samples = _cached_samples(new, f["cached_samples"])
+    # (the sampler state is also the state the cache was drawn from, as
+    # when saved: a save of `new` stores the same again)
     return new
+
+
+def _cached_samples(vs, samples):
+    """The file's cached batch (``samples``: None, or [n_chains, chain_length,
+    N], drawn by a sampler that changes its state in place) as the cached
+    samples of ``vs``, into which the state after the batch was loaded.
+    TemplateMismatchError if it is not a batch of the configurations that
+    ``vs``'s sampler draws (its dtype, its number of chains in this process,
+    N sites)."""
+    if isinstance(samples, PerProcess):  # an in-memory state dict: this process's
+        samples = samples.value
+    if samples is None:
+        return None
+    sampler = vs.sampler
+    n_chains, n_sites, dtype = sampler.n_chains_per_rank, sampler.hilbert.size, np.dtype(sampler.dtype)
+    batch = isinstance(samples, np.ndarray) and samples.ndim == 3 and samples.shape[::2] == (n_chains, n_sites)
+    if not batch or samples.dtype != dtype:
+        found = f"{samples.dtype}{list(samples.shape)}" if isinstance(samples, np.ndarray) else type(samples).__name__
+        raise TemplateMismatchError(
+            f"cached_samples: file has {found}, the template's sampler draws "
+            f"{dtype}[{n_chains}, chain_length, {n_sites}]"
+        )
+    return samples
 
 
 def _valid(hilbert, chains):
@@ -151,15 +191,27 @@ def _reset_sampler_state(vs, state):
 
 # the sampler state is provisional until the first reset (docs/schema.md)
 _MC_PROVISIONAL = {"sampler_state": _reset_sampler_state}
+# the cached batch is the file's alone: a template holds its own samples or none
+_MC_FREE = ("cached_samples",)
+
+
+def _mc_v1(fields):
+    """Version 1 stored no cached batch: a numpy sampler's state saved while
+    samples were cached loads as the state after them (the next draw is
+    the one after the cached batch), as before version 2."""
+    fields["cached_samples"] = None
+    return fields
+
 
 registry.register(
     nk.vqs.MCState,
     name="netket.vqs.MCState",
-    version=1,
+    version=2,
     to_state=_mc_to_state,
     from_state=_mc_from_state,
     subclasses=True,
     fields=_MC_FIELDS,
+    free_fields=_MC_FREE,
     dtype_from_file=("model_state",),
     provisional=_MC_PROVISIONAL,
     doc=(
@@ -167,9 +219,14 @@ registry.register(
         " statistics, other collections); `sampler_state`: a sampler state below (the state the "
         "cached samples were drawn from, if samples are cached, so a loaded state redraws the same "
         "samples); `sampler_seed`: key; `n_samples`, `n_discard_per_chain`: int; `chunk_size`: int "
-        "or None"
+        "or None; `cached_samples`: None, or, where that state no longer exists (the numpy samplers change "
+        "their state in place), the cached samples themselves, [n_chains, chain_length, N] per "
+        "process (`@per_process`; a process beyond the saved ones takes those of the saved process "
+        "whose chains it continues), with the state after them: the loaded state's `samples` are the "
+        "cached ones and its next `sample()` continues the chains (version 1: no `cached_samples`)"
     ),
 )
+registry.migration("netket.vqs.MCState", from_version=1)(_mc_v1)
 
 
 # MCMixedState -----------------------------------------------------------------
@@ -189,24 +246,29 @@ def _mixed_from_state(template: nk.vqs.MCMixedState, f: dict) -> nk.vqs.MCMixedS
     shell = copy.copy(template)
     shell._diagonal = None
     new = _mc_from_state(shell, f)
-    new._diagonal = f["diagonal"]
-    # the diagonal shares the density matrix's variables
-    new._diagonal.variables = new.variables
+    diagonal = new._diagonal = f["diagonal"]
+    # the diagonal shares the density matrix's variables; assigning them
+    # drops its cached samples, drawn with these very numbers: kept
+    cached = diagonal._samples
+    diagonal.variables = new.variables
+    diagonal._samples = cached
     return new
 
 
 registry.register(
     nk.vqs.MCMixedState,
     name="netket.vqs.MCMixedState",
-    version=1,
+    version=2,
     to_state=_mixed_to_state,
     from_state=_mixed_from_state,
     subclasses=True,
     fields=_MC_FIELDS + ("diagonal",),
+    free_fields=_MC_FREE,
     dtype_from_file=("model_state",),
     provisional=_MC_PROVISIONAL,
-    doc="the MCState fields, plus `diagonal`: MCState",
+    doc="the MCState fields, plus `diagonal`: MCState (version 1: no `cached_samples`)",
 )
+registry.migration("netket.vqs.MCMixedState", from_version=1)(_mc_v1)
 
 
 # FullSumState -----------------------------------------------------------------
