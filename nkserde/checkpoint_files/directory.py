@@ -17,6 +17,7 @@ what is *in* a checkpoint file is nkserde.checkpoint_files.content's).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
@@ -30,7 +31,7 @@ from .._warnings import outside
 from .. import format as fileformat
 from ..errors import CheckpointDirectoryError, CorruptFileError, NkserdeError
 from ..format import bounded, history_log, limits
-from ..format.atomic import atomic_write
+from ..format.atomic import atomic_write, fsync_directory
 from .lock import DirectoryLock
 
 STEP_FILE = re.compile(r"^step-(\d+)\.nks$")
@@ -289,12 +290,22 @@ class RunDirectory:
         problem = unusable(self.path)
         if problem is not None:
             raise problem
+        missing = []  # the directories made here, whose entries a power cut could take with their checkpoints
+        level = self.path
+        while not level.is_dir() and level != level.parent:
+            missing.append(level)
+            level = level.parent
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise CheckpointDirectoryError(
                 exc.errno, f"{self.path}: creating the checkpoint directory failed: {exc.strerror or exc}"
             ) from None
+        for made in reversed(missing):
+            # best effort: a parent this process may not open (a drop-box
+            # directory) or sync stops no run; the checkpoints' own fsyncs stand
+            with contextlib.suppress(OSError):
+                fsync_directory(made.parent)
 
     def steps(self) -> list[int]:
         """Steps that have a checkpoint file, oldest first."""
@@ -350,6 +361,10 @@ class RunDirectory:
         for p in self.path.iterdir():
             if STEP_FILE.match(p.name) or HISTORY_FILE.match(p.name) or p.name == FINGERPRINT_FILE:
                 p.rename(target / p.name)
+        # durable before the fresh run writes anything: the new entries first,
+        # then their removal here (the other order can lose the files in a cut)
+        fsync_directory(target)
+        fsync_directory(self.path)
         return target
 
     def retire(self, policy, newest: int, failed: list | None = None) -> list[int]:
