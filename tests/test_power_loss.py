@@ -147,3 +147,16 @@ def test_moving_checkpoints_aside_loses_none_in_a_cut(tmp_path, entries):
     assert len(moved) == 1 and sorted(p.name for p in moved[0].glob("step-*.nks")), list(tmp_path.iterdir())
     assert entries.losses == [], entries.losses
     assert entries.unsynced() == []
+
+
+def test_an_empty_jax_cache_entry_left_by_a_cut_is_removed_when_a_run_starts(tmp_path):
+    """JAX writes its cache entries in place, unsynced: a cut leaves them
+    empty, and JAX never replaces an entry that exists (it warns and
+    compiles, in every run). nkserde's cache drops them when it is set."""
+    from nkserde import jax_cache
+
+    (tmp_path / "aa-cache").write_bytes(b"")
+    (tmp_path / "bb-cache").write_bytes(b"an executable")
+    (tmp_path / "notes").write_bytes(b"")
+    assert jax_cache.prune(tmp_path, 1 << 30) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bb-cache", "notes"]
