@@ -156,7 +156,7 @@ def test_a_lock_that_cannot_be_taken_is_a_checkpoint_directory_error(tmp_path, m
     real_open = os.open
 
     def open_(path, *args, **kwargs):
-        if str(path).endswith(".lock"):
+        if os.path.basename(path).startswith((".lock", "..lock.")):  # the lock, or the file it is linked from
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *args, **kwargs)
 

@@ -20,7 +20,7 @@ from nkserde.checkpoint import job_control, slurm
 from nkserde.checkpoint.job_control import WALLTIME, JobControl
 from nkserde.checkpoint.process_runs import PROCESS_RUNS
 from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
-from nkserde.checkpoint_files.directory import DirectoryLock
+from nkserde.checkpoint_files.lock import DirectoryLock
 
 # ------------------------------------------------------------ SLURM's words
 

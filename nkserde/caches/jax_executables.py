@@ -96,10 +96,24 @@ def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
 
 
 def prune(directory: Path, max_bytes: int) -> int:
-    """Deletes the least recently used entries beyond ``max_bytes``; returns
-    how many (:func:`nkserde.caches.lru.delete_least_recently_used`)."""
-    entries = (e for e in Path(directory).iterdir() if e.name.endswith(_CACHE_SUFFIX))
-    return lru.delete_least_recently_used(entries, max_bytes)
+    """Deletes the empty entries and the least recently used ones beyond
+    ``max_bytes``; returns how many (:func:`nkserde.caches.lru.delete_least_recently_used`).
+    An empty entry is what a power cut leaves of one JAX wrote and never
+    fsynced: JAX reads it as an error (a warning, then it compiles) and
+    never replaces an entry that exists."""
+    entries, empty = [], 0
+    for entry in Path(directory).iterdir():
+        if not entry.name.endswith(_CACHE_SUFFIX):
+            continue
+        try:
+            if entry.stat().st_size == 0:
+                entry.unlink()
+                empty += 1
+                continue
+        except OSError:
+            continue
+        entries.append(entry)
+    return empty + lru.delete_least_recently_used(entries, max_bytes)
 
 
 def summary(directory: Path) -> tuple[int, int]:

@@ -4,7 +4,8 @@ login node); below ``api``, which loads a directory's newest checkpoint,
 and the ``checkpoint`` callback above it:
 
     directory.py      the directory: naming, the newest that verifies (resume_file: the
-                      one rule), fingerprint.json, the lock, moving aside, retiring, the
+                      one rule), fingerprint.json, moving aside, retiring, the
                       history logs a checkpoint reaches back through
+    lock.py           the directory's lock: one run at a time, stale locks taken over
     content.py        what a checkpoint file holds (its keys, how to tell one)
 """
