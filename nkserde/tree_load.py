@@ -333,7 +333,7 @@ def _same_jax_structure(a, b) -> bool:
     described = []
     for leaf in leaves_a + leaves_b:
         if isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
-            described.append((tuple(leaf.shape), np.dtype(leaf.dtype)))
+            described.append((tuple(leaf.shape), leaf.dtype))  # a PRNG key's dtype is JAX's, not numpy's
         elif isinstance(leaf, SCALARS):
             described.append(type(leaf))
         else:
