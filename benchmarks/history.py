@@ -45,16 +45,16 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import netket as nk  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import netket as nk
+import numpy as np
+import optax
 
-import nkserde  # noqa: E402
-from _environment import DEFAULT_PARENT, environment, parent_directory  # noqa: E402
-from nkserde import api  # noqa: E402
-from nkserde.checkpoint_files import directory  # noqa: E402
-from nkserde.checkpoint.restore import payload  # noqa: E402
-from nkserde.format import drain  # noqa: E402
+import nkserde
+from _environment import DEFAULT_PARENT, environment, parent_directory
+from nkserde import api
+from nkserde.checkpoint_files import directory
+from nkserde.checkpoint.restore import payload
+from nkserde.format import drain
 
 HERE = Path(__file__).resolve().parent
 OBSERVABLES = 6

@@ -278,7 +278,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes | None:
         warnings.simplefilter("ignore")  # zipfile's "Duplicate name", on purpose
         try:
             return _mutate(data, rng)
-        except Exception:  # noqa: BLE001
+        except Exception:
             return None
 
 

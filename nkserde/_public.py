@@ -14,16 +14,16 @@ from .partial_load import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .registry import migration, register
 from .caches import use as compilation_cache
-from . import netket as _netket_registrations  # noqa: E402  (registers NetKet's types)
-from .netket._common import find as _find  # noqa: E402
+from . import netket as _netket_registrations
+from .netket._common import find as _find
 
-from .checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples  # noqa: E402
-from .checkpoint.save_policy import EveryDuration, EverySteps, SaveAny, WithinBudget  # noqa: E402
+from .checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples
+from .checkpoint.save_policy import EveryDuration, EverySteps, SaveAny, WithinBudget
 
 if _find("netket.callbacks.AbstractCallback") is not None:
-    from .checkpoint import Checkpoint, checkpointed  # noqa: E402
+    from .checkpoint import Checkpoint, checkpointed
 else:  # NetKet 3.21: no callback API to hook a checkpoint into
-    from ._no_callback_api import Checkpoint, checkpointed  # noqa: E402
+    from ._no_callback_api import Checkpoint, checkpointed
 
 
 def _signature_of_init(cls) -> inspect.Signature:

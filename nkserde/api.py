@@ -27,7 +27,7 @@ from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F
 from .placement import PerProcess, Primary
 
 # what save and load store: NetKet's types are registered before either runs
-from . import netket as _netket_registrations  # noqa: E402,F401
+from . import netket as _netket_registrations  # noqa: F401
 
 
 def state_dict(obj) -> object:

@@ -96,7 +96,7 @@ def _field_holding(template, reg, stored: str) -> str | None:
         return None
     try:
         fields = reg.to_state(template)
-    except Exception:  # a registration that cannot describe this template: no hint
+    except Exception:  # noqa: BLE001  (a registration's own code on this template, whatever it raises: no hint)
         return None
     for name, value in fields.items():
         inner = registry.lookup(type(value))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from . import nested
 from ._warnings import outside
 from .format import tree_codec
-from .errors import NkserdeError, NoSuchPathError, format_path  # noqa: F401 (format_path: api)
+from .errors import NkserdeError, NoSuchPathError, format_path
 
 
 # what each kind of report entry means for the loaded object

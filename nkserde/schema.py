@@ -183,7 +183,7 @@ def with_generated_tables(text: str) -> tuple[str, list[str]]:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) == 2 and argv[0] == "--tables":
-        import nkserde  # noqa: F401
+        import nkserde
 
         path = Path(argv[1])
         text, missing = with_generated_tables(path.read_text())
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     if len(argv) == 2 and argv[0] == "--update":
         import netket  # noqa: F401  (the NetKet registrations)
 
-        import nkserde  # noqa: F401
+        import nkserde
 
         try:
             with open(argv[1]) as f:

@@ -304,7 +304,7 @@ def _restore_provisional(next_step, template, value, state, path, ctx: LoadConte
             fits = _fits(step, state, path, ctx)
         except (CorruptFileError, FileReadError):
             raise  # the file's bytes, whatever the template
-        except Exception:  # the template cannot take the step (or cannot be checked): it stays as built
+        except Exception:  # noqa: BLE001  (the template's own code cannot take the step: it stays as built)
             break
         if fits:
             return from_state_dict(step, state, path, ctx)
@@ -340,7 +340,7 @@ def _same_jax_structure(a, b) -> bool:
             return False
     try:
         return bool(tree_a == tree_b) and described[: len(leaves_a)] == described[len(leaves_a) :]
-    except Exception:  # node data that cannot be compared (an array in a static field)
+    except Exception:  # noqa: BLE001  (node data's own __eq__, an array in a static field: not the same)
         return False
 
 

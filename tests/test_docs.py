@@ -105,7 +105,7 @@ def cli_help_page() -> str:
     from nkserde.cli import commands
 
     parser = commands.build_parser()
-    names = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"][0].choices  # noqa: SLF001
+    names = [a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction"][0].choices
     sections = [("nkserde --help", [])] + [(f"nkserde {name} --help", [name]) for name in names]
     out = [
         "# Command line `--help`\n",

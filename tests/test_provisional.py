@@ -25,7 +25,7 @@ import optax
 import pytest
 
 import nkserde
-import nkserde.api  # noqa: F401  (NetKet's registrations, before a test snapshots the registry)
+import nkserde.api
 import builders
 from builders import assert_identical, assert_same_leaves, leaves, params_bytes
 from nkserde import registry

@@ -13,10 +13,10 @@ if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU nodes
     jax.distributed.initialize()  # ranks and coordinator from SLURM's environment
 
-import netket as nk  # noqa: E402
-import optax  # noqa: E402
+import netket as nk
+import optax
 
-import nkserde  # noqa: E402
+import nkserde
 
 graph = nk.graph.Square(4)
 hilbert = nk.hilbert.Spin(0.5, N=graph.n_nodes, total_sz=0)

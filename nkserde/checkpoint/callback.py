@@ -375,7 +375,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                 if run.unsaved:
                     self._save(driver, asynchronous=False)
             self.wait()
-        except Exception as exc:  # never mask the error that stopped the run
+        except Exception as exc:  # noqa: BLE001  (whatever a save raises here, the run's own error must surface)
             warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=outside())
         finally:
             job = self._finish(raise_write_error=False)

@@ -119,5 +119,5 @@ class Interruptions:
             count = files.error_requeues()
             # counted before the requeue: SLURM ends the job as soon as it is requeued
             job.after_error(count, limit, count_it=files.count_error_requeue)
-        except Exception as exc:  # never mask the error that stopped the run
+        except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)
             say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)

@@ -57,7 +57,7 @@ class _Checksum(threading.Thread):
     def run(self):
         try:
             self._digest = checksum(self._data)
-        except BaseException as exc:  # re-raised in the writing thread
+        except BaseException as exc:  # noqa: BLE001  (any error of this thread is re-raised in the writing one)
             self._error = exc
 
     def result(self) -> int:

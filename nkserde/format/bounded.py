@@ -19,6 +19,7 @@ import os
 import stat
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 from ..errors import CorruptFileError, FileReadError, LoadLimitError
@@ -134,7 +135,7 @@ class Archive:
                         break
         except (zipfile.BadZipFile, ValueError, EOFError, struct.error, OSError) as exc:
             raise CorruptFileError(f"{where}: unreadable: {exc}") from None
-        except Exception as exc:  # zlib.error and friends
+        except (zlib.error, NotImplementedError, RuntimeError) as exc:  # a damaged deflate stream; zipfile's refusals
             raise CorruptFileError(f"{where}: unreadable: {type(exc).__name__}: {exc}") from None
         _check_size(self.path, f"member {name}", len(out), limit)
         if len(out) != info.file_size:

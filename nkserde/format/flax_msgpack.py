@@ -26,6 +26,7 @@ import numpy as np
 
 from ..errors import CorruptFileError, LoadLimitError
 from .layout import DTYPES
+from .read_failures import MSGPACK_ERRORS
 from .tree_codec import MAX_DEPTH
 
 # A NetKet state dict has tens to thousands of entries; past a million the
@@ -84,7 +85,7 @@ def _unpack(data, where, **options):
         return msgpack.unpackb(data, strict_map_key=False, **options)
     except (LoadLimitError, CorruptFileError):
         raise
-    except Exception as exc:  # msgpack's ExtraData, StackError, FormatError, ValueError...
+    except MSGPACK_ERRORS as exc:  # from msgpack or from decoding an array's bytes in on_ext
         raise CorruptFileError(f"{where}: not a readable flax msgpack file: {type(exc).__name__}: {exc}") from None
 
 

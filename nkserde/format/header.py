@@ -27,7 +27,7 @@ from .layout import (
     PREAMBLE,
     TRAILER,
 )
-from .read_failures import corrupt, read_exact
+from .read_failures import MSGPACK_ERRORS, corrupt, read_exact
 
 _INDEX_KEYS = {"dtype", "shape", "offset", "nbytes", "stored", "codec", "checksum"}
 _BLOCKED_KEYS = {"dtype", "shape", "blocks"}
@@ -94,7 +94,7 @@ def open_header(f, path) -> tuple[dict, int]:
         raise corrupt(path, "header checksum mismatch: the header is damaged")
     try:
         header = msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:  # msgpack raises many types; all mean the same here
+    except MSGPACK_ERRORS as exc:
         raise corrupt(path, f"header is not valid msgpack ({type(exc).__name__}: {exc})") from None
     if (
         not isinstance(header, dict)

@@ -59,7 +59,7 @@ from .array_write import bytes_of
 from .atomic import atomic_write
 from .checksum import checksum
 from .layout import DTYPES, dtype_name
-from .read_failures import corrupt, read_errors, read_exact
+from .read_failures import MSGPACK_ERRORS, corrupt, read_errors, read_exact
 
 MAGIC = b"\x89NKSHIS\n"  # 8 bytes, like an nkserde file's but not one
 VERSION = 1
@@ -192,7 +192,7 @@ def _write_error(path, step: str, exc: OSError) -> FileWriteError:
 def _unpack(raw: bytes, path, what: str):
     try:
         return msgpack.unpackb(raw, raw=False, strict_map_key=True, use_list=True)
-    except Exception as exc:  # msgpack raises many types; all mean the same here
+    except MSGPACK_ERRORS as exc:
         raise corrupt(path, f"{what} is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 
+import msgpack
+
 from ..errors import CorruptFileError, FileReadError, NkserdeError
 
 
@@ -23,6 +25,13 @@ def read_errors(path):
         error = FileReadError(exc.errno, f"{path}: reading the file failed: {exc.strerror or exc}")
         error.filename = str(path)
         raise error from exc
+
+
+# What msgpack raises on bytes that are not what it was asked to read:
+# its own errors (FormatError, StackError, ExtraData, OutOfData, ...),
+# ValueError (a key it refuses), TypeError (an unhashable key) and
+# OverflowError (an integer out of range): all mean damage.
+MSGPACK_ERRORS = (msgpack.UnpackException, ValueError, TypeError, OverflowError)
 
 
 def corrupt(path, what) -> CorruptFileError:

@@ -109,7 +109,7 @@ class TogetherWrite:
         what = "encoding the state"
         try:
             message, error = self._describe(), None
-        except Exception as exc:  # reported to the others, then re-raised
+        except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
             message, error = {"error": _error_message(exc)}, exc
         answer = self._round(message, self._check_and_lay_out, what, error)
         if "differs" in answer:  # the first process that differs sends its details: process 0 names the path
@@ -154,7 +154,7 @@ class TogetherWrite:
             else:
                 self.region = yield from self._write_region0()
             message, error = {}, None
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
             if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
                 exc = write_error(self.path, f"{what} on process {self.rank}", exc)
             message, error = {"error": _error_message(exc)}, exc
