@@ -20,8 +20,8 @@ import jax
 import numpy as np
 
 from ._warnings import outside
-from . import builtin_types, device_arrays, migrations, registry
-from .errors import CorruptFileError, FileReadError, TemplateMismatchError, UnregisteredTypeError, format_path
+from . import builtin_types, device_arrays, migrations, provisional_fields, registry
+from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
@@ -264,8 +264,8 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
         else:
             field_ctx = dataclasses.replace(inner, dtype_from_file=True) if s in reg.dtype_from_file else inner
             if s in reg.provisional:
-                restored[k] = _restore_provisional(
-                    reg.provisional[s], template, template_fields[k], fields[s], path + (s,), field_ctx
+                restored[k] = provisional_fields.restore(
+                    from_state_dict, reg.provisional[s], template, template_fields[k], fields[s], path + (s,), field_ctx
                 )
             else:
                 restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,), field_ctx)
@@ -277,71 +277,6 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
         return reg.from_state(template, restored)
     except TemplateMismatchError as exc:
         return ctx.keep_template(path, "differs", template, str(exc))
-
-
-# At most this many steps of a template make a provisional field final
-# (optax 0.2.8: two, for prodigy and dadapt_adamw over mixed dtypes).
-_MAX_FIRST_STEPS = 8
-
-
-def _restore_provisional(next_step, template, value, state, path, ctx: LoadContext):
-    """A provisional field (``Registration.provisional``) of ``template``
-    restored from the file's ``state``: into the template's own ``value``
-    where ``state`` fits it as stored (checked by the walk itself, see
-    ``LoadContext.check_only``: nothing is read twice, nothing of the
-    template is stored); else into the value that the template's first
-    steps give the field, step by step, the first that ``state`` fits. None
-    (a step no longer changes the structure, as JAX sees it, or cannot be
-    taken, or the steps ran out): into ``value``, as any field, so that the
-    load refuses (or, lenient, reports) the difference as it does any
-    other."""
-    if _fits(value, state, path, ctx):
-        return from_state_dict(value, state, path, ctx)
-    step = value
-    for _ in range(_MAX_FIRST_STEPS):
-        try:
-            before, step = step, next_step(template, step)
-            fits = _fits(step, state, path, ctx)
-        except (CorruptFileError, FileReadError):
-            raise  # the file's bytes, whatever the template
-        except Exception:  # noqa: BLE001  (the template's own code cannot take the step: it stays as built)
-            break
-        if fits:
-            return from_state_dict(step, state, path, ctx)
-        if _same_jax_structure(before, step):
-            break  # final: no later step takes the file's structure either
-    return from_state_dict(value, state, path, ctx)
-
-
-def _fits(template, state, path, ctx: LoadContext) -> bool:
-    """Whether ``state`` fits ``template`` as stored (a check of the walk,
-    see ``LoadContext.check_only``)."""
-    try:
-        from_state_dict(template, state, path, ctx.checking())
-    except TemplateMismatchError:
-        return False
-    return True
-
-
-def _same_jax_structure(a, b) -> bool:
-    """Whether ``a`` and ``b`` agree in what a step may change of a value,
-    as JAX sees it: the tree structure (NamedTuple classes, dict keys,
-    None) and each leaf's type, or an array's shape and dtype. False where
-    JAX cannot see inside a leaf (an object that is not a pytree) or
-    cannot compare the structures."""
-    (leaves_a, tree_a), (leaves_b, tree_b) = jax.tree_util.tree_flatten(a), jax.tree_util.tree_flatten(b)
-    described = []
-    for leaf in leaves_a + leaves_b:
-        if isinstance(leaf, (np.ndarray, np.generic, jax.Array)):
-            described.append((tuple(leaf.shape), leaf.dtype))  # a PRNG key's dtype is JAX's, not numpy's
-        elif isinstance(leaf, SCALARS):
-            described.append(type(leaf))
-        else:
-            return False
-    try:
-        return bool(tree_a == tree_b) and described[: len(leaves_a)] == described[len(leaves_a) :]
-    except Exception:  # noqa: BLE001  (node data's own __eq__, an array in a static field: not the same)
-        return False
 
 
 def _unwrap(value):

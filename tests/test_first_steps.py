@@ -49,7 +49,7 @@ import pytest
 
 import nkserde
 from builders import assert_same_leaves, leaves
-from nkserde import registry, tree_load as tree
+from nkserde import provisional_fields, registry, tree_load as tree
 from nkserde.errors import TemplateMismatchError
 from nkserde.netket.optimizers import after_one_update
 
@@ -296,7 +296,7 @@ def _first_updates(opt, kind):
     params, grads = PARAMETERS[kind], GRADIENTS[kind]
     states = [jax.eval_shape(opt.init, params)]
     usable, first = True, None
-    for _ in range(tree._MAX_FIRST_STEPS):
+    for _ in range(provisional_fields.MAX_FIRST_STEPS):
         try:
             after = jax.eval_shape(lambda g, s, p: opt.update(g, s, p)[1], grads, states[-1], params)
         except Exception as exc:
