@@ -228,3 +228,33 @@ def test_an_empty_jax_cache_entry_left_by_a_cut_is_removed_when_a_run_starts(tmp
     (tmp_path / "notes").write_bytes(b"")
     assert jax_cache.prune(tmp_path, 1 << 30) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bb-cache", "notes"]
+
+
+def test_a_migration_in_place_makes_its_backup_durable_before_it_replaces_the_file(tmp_path, monkeypatch):
+    """``nkserde migrate --in-place``: the backup's bytes and its directory
+    entry are fsynced before IN is replaced (durably): a cut can leave IN
+    migrated only with its whole backup beside it."""
+    import shutil
+
+    from nkserde import cli
+
+    old = tmp_path / "old.nks"
+    shutil.copy(Path(__file__).parent / "fixtures" / "nkserde-ea7de03" / "vmc_adam.nks", old)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        real_fsync(fd)
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+
+    def replace(source, target, *args, **kwargs):
+        real_replace(source, target, *args, **kwargs)
+        events.append(("replace", str(target)))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    assert cli.main(["migrate", str(old), "--in-place"]) == 0
+    assert ("fsync", str(tmp_path / "old.nks.bak")) in events, events
+    backup_synced = events.index(("fsync", str(tmp_path / "old.nks.bak")))
+    replaced = events.index(("replace", str(old)))
+    assert backup_synced < replaced and ("fsync", str(tmp_path)) in events[backup_synced:replaced], events

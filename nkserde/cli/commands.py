@@ -19,6 +19,7 @@ import datetime
 import io
 import json
 import math
+import os
 import shutil
 import sys
 import textwrap
@@ -36,6 +37,7 @@ from ..checkpoint_files import directory
 from .. import format as fileformat
 from ..errors import NkserdeError
 from ..format import foreign
+from ..format.atomic import fsync_directory
 from . import listing
 
 # inspect, verify, ls and an up-to-date migrate --dry-run read headers and
@@ -615,6 +617,13 @@ def _backup_path(path: Path) -> Path:
     return candidate
 
 
+def _make_durable(path: Path) -> None:
+    """fsyncs ``path`` and its directory entry."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+    fsync_directory(path.parent)
+
+
 def cmd_migrate(args) -> int:
     src = _file(args.input)
     if args.in_place and args.output:
@@ -650,6 +659,7 @@ def cmd_migrate(args) -> int:
         if args.in_place:
             backup = _backup_path(src)
             shutil.copy2(src, backup)
+            _make_durable(backup)  # a power cut must not leave IN migrated and its backup torn
             result["backup"] = str(backup)
             try:
                 migrate_file(src, overwrite=True, template=template)
