@@ -24,6 +24,7 @@ fail instead under ``NKSERDE_REQUIRE_MOUNTS=1`` (CI), after waiting up to
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -187,7 +188,15 @@ class LazyFS:
         start = len(self._lines)
         if not self.alive():
             raise AssertionError(f"LazyFS is not running: cannot send {command!r}")
-        fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)  # never blocks on a reader that is gone
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fd = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)  # never blocks on a reader that is gone
+                break
+            except OSError as exc:  # ENXIO: its reader of the fifo is not open yet (a mount just made)
+                if exc.errno not in (errno.ENXIO, errno.ENOENT) or not self.alive() or time.monotonic() > deadline:
+                    raise AssertionError(f"LazyFS does not read its fifo for {command!r}: {exc}") from exc
+                time.sleep(0.05)
         try:
             os.write(fd, (command + "\n").encode())
         finally:
