@@ -1,9 +1,10 @@
 """Power cuts: checkpointed runs on LazyFS (tests/lazyfs.py) whose machine
 "loses power" at chosen or random moments, rerun at once on what the disk
 then holds, until one run reaches the end. Every chain must end as the run
-never interrupted: the same final parameters bit for bit, the same JsonLog
-(every step logged once, every value); no rerun may be refused (a lock left
-by the cut one) or skip a checkpoint on disk (every one is whole).
+never interrupted: the same final parameters and sampler state bit for
+bit, the same JsonLog (every step logged once, every value); no rerun may
+be refused (a lock left by the cut one) or skip a checkpoint on disk (every
+one is whole).
 
 Each run is ``tests/_ckpt_script.py`` (an 8-site VMC, 8 steps, a JsonLog)
 with everything it writes on the LazyFS mount: the checkpoint directory,
@@ -199,11 +200,13 @@ class Bench:
         self.cache = fs.mount / "cache"
         (scratch / "jax-cache").mkdir(parents=True)
         self.runner = Runner(scratch / "jax-cache")
+        self.runner.env["CKPT_RESULT_SAMPLER"] = "1"  # the chains end with the reference's sampler state too
         reference_dir = scratch / "reference"
         reference_dir.mkdir()
         self.runner.run_to_end("vmc", reference_dir, "--mode", "plain")
         self.reference = Outcome(reference_dir)
         assert self.reference.step_count == STEPS
+        assert any(name.startswith("sampler_state") for name in self.reference.arrays), sorted(self.reference.arrays)
         # the checkpointed runs: nkserde's own cache (the tests' JAX cache is not set)
         self.env = {"CKPT_JAX_CACHE": "", "NKSERDE_COMPILATION_CACHE": str(self.cache)}
 
