@@ -42,6 +42,8 @@ Environment:
                                  seconds before the rest.
     CKPT_JAX_CACHE=<dir>         JAX persistent compilation cache (only makes
                                  the processes after the first start faster).
+    CKPT_RESULT_SAMPLER=1        result.npz also holds the final sampler
+                                 state's arrays (``sampler_state...``).
     CKPT_STEP_SECONDS=<s>        sleep s seconds at the end of every step (a
                                  torture's random moments then fall in steps
                                  as often as in the start-up).
@@ -210,6 +212,11 @@ def main():
 
     leaves = jax.tree_util.tree_leaves_with_path(driver.state.parameters)
     arrays = {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}
+    if os.environ.get("CKPT_RESULT_SAMPLER") and hasattr(driver.state, "sampler_state"):
+        for path, x in jax.tree_util.tree_leaves_with_path(driver.state.sampler_state):
+            if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+                x = jax.random.key_data(x)
+            arrays["sampler_state" + jax.tree_util.keystr(path)] = np.asarray(x)
     t = float(driver.t) if args.driver == "tdvp" else float("nan")
     with open(args.workdir / "result.npz", "wb") as f:
         np.savez(f, step_count=np.asarray(driver.step_count), t=np.asarray(t), **arrays)

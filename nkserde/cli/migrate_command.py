@@ -6,12 +6,14 @@ NetKet when it runs."""
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from .. import file_info, schema
 from .. import format as fileformat
+from ..format.atomic import fsync_directory
 from .command_error import CommandError, existing_file
 from .output import Output, print_json
 
@@ -45,6 +47,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def _planned_changes(path: Path) -> tuple[dict, list[dict]]:
     info = file_info.info(path)
     return info, schema.newer_versions(info.get("types") or {})
+
+
+def _make_durable(path: Path) -> None:
+    """fsyncs ``path`` and its directory entry."""
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+    fsync_directory(path.parent)
 
 
 def _backup_path(path: Path) -> Path:
@@ -91,6 +100,7 @@ def cmd_migrate(args) -> int:
         if args.in_place:
             backup = _backup_path(src)
             shutil.copy2(src, backup)
+            _make_durable(backup)  # a power cut must not leave IN migrated and its backup torn
             result["backup"] = str(backup)
             try:
                 migrate_file(src, overwrite=True, template=template)
