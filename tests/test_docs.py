@@ -179,3 +179,27 @@ if __name__ == "__main__":
         CLI_HELP.write_text(cli_help_page())
     else:
         sys.exit(__doc__)
+
+
+def test_the_design_page_lists_every_module_once():
+    """docs/explanations/design.md's layout has one line per module of the
+    package, in its folder: a module added, moved or removed shows here (a
+    folder's __init__.py is its folder's line, unless it has one of its own)."""
+    page = (DOCS / "explanations" / "design.md").read_text()
+    block = page.split("```\nnkserde/\n", 1)[1].split("```", 1)[0]
+    listed, folders = [], []
+    for line in block.splitlines():
+        indent, name = len(line) - len(line.lstrip()), line.split()[0] if line.strip() else ""
+        if indent == 0:
+            break  # tests/, fuzz/: the repository around the package
+        depth = indent // 2
+        folders = folders[: depth - 1]
+        if name.endswith("/"):
+            folders.append(name.rstrip("/"))
+        else:
+            listed.append("/".join(["nkserde", *folders, name]))
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "nkserde").rglob("*.py")}
+    folder_inits = {m for m in modules if m.endswith("/__init__.py") and m != "nkserde/__init__.py"}
+    assert len(listed) == len(set(listed))
+    assert set(listed) - modules == set()
+    assert modules - set(listed) - folder_inits == set()
