@@ -99,12 +99,14 @@ class LoadContext:
         lenient; else raises ``error`` (default: a TemplateMismatchError
         naming both)."""
         if self.lenient:
-            why = why or (f"file has {describe(state)}" + (f", template has {describe(template)}" if both else ""))
+            why = why or (
+                f"file has {in_few_words(state)}" + (f", template has {in_few_words(template)}" if both else "")
+            )
             return self.keep_template(path, "differs", template, why)
         raise error if error is not None else mismatch(path, state, template)
 
 
-def describe(x) -> str:
+def in_few_words(x) -> str:
     """``x`` in a few words, as mismatch messages name the file's and the
     template's values: a stored object's type and schema version, an
     array's dtype and shape, a dict's first keys, a sequence's length."""
@@ -126,7 +128,7 @@ def mismatch(path, found, template, why: str = "") -> TemplateMismatchError:
     ``template``, at ``path``."""
     why = f" ({why})" if why else ""
     return TemplateMismatchError(
-        f"{format_path(path)}: file has {describe(found)}, template has {describe(template)}{why}"
+        f"{format_path(path)}: file has {in_few_words(found)}, template has {in_few_words(template)}{why}"
     )
 
 

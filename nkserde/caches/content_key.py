@@ -67,7 +67,7 @@ def key(kind: str, *parts) -> str | None:
     None if some part cannot be described (see the module doc)."""
     try:
         budget = [_MAX_NODES]
-        described = [_describe(p, 0, (), budget) for p in parts]
+        described = [_content(p, 0, (), budget) for p in parts]
         text = json.dumps([kind, _environment(), bool(jax.config.jax_enable_x64), described], separators=(",", ":"))
     except _Opaque:
         return None
@@ -117,7 +117,9 @@ def _code(code: types.CodeType) -> str:
     return h.hexdigest()
 
 
-def _describe(v, depth: int, path: tuple, budget: list):
+def _content(v, depth: int, path: tuple, budget: list):
+    """``v``'s content as JSON-able lists, the input of its key; raises
+    _Opaque where it cannot be told (too deep, too large, not content)."""
     budget[0] -= 1
     if depth > _MAX_DEPTH or budget[0] < 0:
         raise _Opaque(v)
@@ -131,20 +133,20 @@ def _describe(v, depth: int, path: tuple, budget: list):
         return ["dtype", repr(v)]
     if isinstance(v, np.generic):
         if v.dtype == object:
-            return _describe(v.item(), depth, path, budget)
+            return _content(v.item(), depth, path, budget)
         return ["scalar", v.dtype.str, v.tobytes().hex()]
     if type(v) is np.ndarray:
         if v.dtype == object:
-            return ["objects", list(v.shape), [_describe(x, depth + 1, path, budget) for x in v.ravel().tolist()]]
+            return ["objects", list(v.shape), [_content(x, depth + 1, path, budget) for x in v.ravel().tolist()]]
         return ["array", v.dtype.str, list(v.shape), hashlib.sha256(np.ascontiguousarray(v).tobytes()).hexdigest()]
     if isinstance(v, jax.Array):
         if not getattr(v, "is_fully_addressable", True):
             raise _Opaque(v)  # (a traced one: np.asarray raises)
         if jax.dtypes.issubdtype(v.dtype, jax.dtypes.prng_key):
-            return ["key", str(v.dtype), _describe(np.asarray(jax.random.key_data(v)), depth, path, budget)]
-        return ["jax", _describe(np.asarray(v), depth, path, budget)]
+            return ["key", str(v.dtype), _content(np.asarray(jax.random.key_data(v)), depth, path, budget)]
+        return ["jax", _content(np.asarray(v), depth, path, budget)]
     path = (*path, id(v))
-    down = functools.partial(_describe, depth=depth + 1, path=path, budget=budget)
+    down = functools.partial(_content, depth=depth + 1, path=path, budget=budget)
     if type(v) in (tuple, list):
         return [type(v).__name__, [down(x) for x in v]]
     if type(v) is dict:

@@ -36,10 +36,10 @@ def use() -> bool:
     """Keeps the packed arrays of jax LocalOperators from now on (where
     :mod:`nkserde.caches.results` has a directory); False where this NetKet
     packs them otherwise."""
-    return internals.wrap_jax_local_operator_packing(_kept)
+    return internals.wrap_jax_local_operator_packing(_memoized_packing)
 
 
-def _kept(pack):
+def _memoized_packing(pack):
     @functools.wraps(pack)
     def packed(hilbert, operators_dict, constant, dtype, mel_cutoff):
         parts = (hilbert, operators_dict, constant, np.dtype(dtype), mel_cutoff)

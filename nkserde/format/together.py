@@ -91,7 +91,7 @@ class TogetherWrite:
 
     # -- round 1: encode, describe, check, lay out, create
 
-    def _describe(self) -> dict:
+    def _round_1_part(self) -> dict:
         self.encoded = encoded = encode_part(self.tree, self.rank, self.size)
         blocks = [  # process 0's own: where only (it streams them); the others': how they are stored too
             [b.array, list(b.start), list(b.data.shape)]
@@ -108,7 +108,7 @@ class TogetherWrite:
     def _agree_on_layout(self) -> dict:
         what = "encoding the state"
         try:
-            message, error = self._describe(), None
+            message, error = self._round_1_part(), None
         except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
             message, error = {"error": _error_message(exc)}, exc
         answer = self._round(message, self._check_and_lay_out, what, error)
