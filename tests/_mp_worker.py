@@ -1,11 +1,12 @@
 """One process of a multi-process NetKet run, for tests/test_distributed.py.
 
-    python _mp_worker.py RANK N PORT ACTION WORKDIR [options]
+    python _mp_worker.py RANK N PORT ACTION WORKDIR [options] [+ ACTION WORKDIR [options] ...]
 
 Initialises JAX's distributed runtime (gloo, 127.0.0.1:PORT, N processes)
-and does ACTION with a driver built the same way on every process (fixed
-seeds, tests/builders.py; VMC: 12 chains so that 1, 2, 3 and 4 processes
-split them evenly):
+and does each ACTION in turn (``+`` separates them: one launch of NetKet
+serves several cases that need no fresh process), with a driver built the
+same way on every process (fixed seeds, tests/builders.py; VMC: 12 chains
+so that 1, 2, 3 and 4 processes split them evenly):
 
     straight DRIVER STEPS        run STEPS steps (TDVP: STEPS * dt)
     save DRIVER K FILE           run K steps, nkserde.save(driver, FILE)
@@ -61,12 +62,22 @@ import warnings
 from pathlib import Path
 
 rank, n_processes, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-action, workdir, rest = sys.argv[4], Path(sys.argv[5]), sys.argv[6:]
+# the actions, each (ACTION, WORKDIR, options); action, workdir and rest are the one being done
+ACTIONS, _each = [], []
+for _arg in [*sys.argv[4:], "+"]:
+    if _arg != "+":
+        _each.append(_arg)
+    elif _each:
+        ACTIONS.append((_each[0], Path(_each[1]), _each[2:]))
+        _each = []
+action, workdir, rest = ACTIONS[0]
 
 import faulthandler  # noqa: E402
 
 # a hung collective prints every thread's stack before the launcher kills us
-faulthandler.dump_traceback_later(float(os.environ.get("MP_STACKS_AFTER", "200")), exit=True)
+# (the clock starts again at each action: multiprocess.TIMEOUT is per action)
+STACKS_AFTER = float(os.environ.get("MP_STACKS_AFTER", "200"))
+faulthandler.dump_traceback_later(STACKS_AFTER, exit=True)
 
 import jax  # noqa: E402
 import persistent_cache  # noqa: E402
@@ -151,6 +162,13 @@ def report(driver, losses=None, **extra):
 
 
 def main():
+    global action, workdir, rest
+    for action, workdir, rest in ACTIONS:
+        faulthandler.dump_traceback_later(STACKS_AFTER, exit=True)
+        do_action()
+
+
+def do_action():
     workdir.mkdir(parents=True, exist_ok=True)
     if action == "straight":
         name, steps = rest[0], int(rest[1])

@@ -4,7 +4,8 @@ multi-process runs.
 ``launch(n, args, workdir)`` starts ``n`` processes of
 ``tests/_mp_worker.py RANK N PORT *args`` on a free port and waits for all of
 them (bounded by a timeout: a hung collective kills the group and fails the
-test with every process's output). No mock of ``jax.process_count()``: each
+test with every process's output); ``args`` is one action, or several
+joined by :func:`in_turn`. No mock of ``jax.process_count()``: each
 process calls ``jax.distributed.initialize``.
 """
 
@@ -27,7 +28,13 @@ def free_local_port() -> int:
 
 
 WORKER = Path(__file__).with_name("_mp_worker.py")
-TIMEOUT = 240  # seconds for a whole group
+TIMEOUT = 240  # seconds for a whole group, per action
+
+
+def in_turn(*actions) -> list:
+    """The arguments of one launch doing each action (``[ACTION, WORKDIR,
+    options...]``) in turn, in the same processes."""
+    return [str(arg) for action in actions for arg in ("+", *action)][1:]
 
 
 def launch(
@@ -35,14 +42,17 @@ def launch(
     args,
     *,
     jax_cache: Path | None = None,
-    timeout: float = TIMEOUT,
+    timeout: float | None = None,
     env: dict | None = None,
     expect_failure: bool = False,
     worker: Path = WORKER,
 ) -> list[str]:
     """Runs the worker in ``n`` processes; returns their outputs (rank
     order). Raises AssertionError if one fails (or, with
-    ``expect_failure``, if none does) or the group times out."""
+    ``expect_failure``, if none does) or the group times out (``timeout``;
+    by default TIMEOUT per action)."""
+    args = [str(a) for a in args]
+    timeout = timeout or TIMEOUT * (1 + args.count("+"))
     port = free_local_port()
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     if jax_cache is not None:

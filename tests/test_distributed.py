@@ -8,6 +8,10 @@ uninterrupted run. On another number, the load itself is exact (parameters,
 optimizer state, chains, key) but the run that follows sums over a
 different split of the chains, so its values agree to rounding only (on
 this set-up: 1e-16 absolute in the parameters after 2 more steps).
+
+A launch of NetKet costs each process seconds of CPU: the cases that need
+no fresh process run as several actions of one launch (the ``runs``
+fixture); the kills, the failures and the counts have launches of their own.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from multiprocess import launch
+from multiprocess import in_turn, launch
 
 STEPS, K = 4, 2  # runs of 4 steps, saved after 2
 
@@ -31,20 +35,83 @@ def cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(cache, tmp_path_factory):
-    """Uninterrupted 2-process runs, and the same runs saved after K steps by
-    2 processes and (VMC) by 1 process."""
+    """The cases that need no process of their own, in five launches (a
+    launch of NetKet costs seconds of CPU per process; these cases do
+    not depend on a fresh one). Each action writes its own directory
+    (``root/<name>``):
+
+    - 2 processes: uninterrupted runs of VMC and TDVP, the same runs saved
+      after K steps, a numpy sampler's per-process state saved, a state
+      dict restored in memory, a file of blocks saved and loaded back;
+    - 1 process: the VMC saved after K steps, then the 2-process VMC file
+      and numpy sampler file loaded;
+    - 1 process of 4 devices: the VMC saved after K steps;
+    - 2 processes, once every file exists: the 2-process files resumed,
+      the 1-process file loaded and resumed, the 2-process chains loaded
+      into 8 and 16, the 4-device file and the numpy sampler file loaded;
+    - 3 processes: the 2-process VMC file and numpy sampler file loaded.
+    """
     root = tmp_path_factory.mktemp("runs")
-    out = {"root": root}
-    for driver in ("vmc", "tdvp"):
-        launch(2, ["straight", root / f"{driver}-straight", driver, STEPS], jax_cache=cache)
-        launch(2, ["save", root / f"{driver}-save2", driver, K, root / f"{driver}-2.nks"], jax_cache=cache)
-        out[driver] = np.load(root / f"{driver}-straight" / "result.npz")
-        out[f"{driver}-file2"] = root / f"{driver}-2.nks"
-    launch(1, ["save", root / "vmc-save1", "vmc", K, root / "vmc-1.nks"], jax_cache=cache)
-    out["vmc-file1"] = root / "vmc-1.nks"
-    out["vmc-saved1"] = np.load(root / "vmc-save1" / "result.npz")
-    out["vmc-saved-chains"] = np.load(root / "vmc-save2" / "result.npz")["chains"]
-    return out
+    file2 = {d: root / f"{d}-2.nks" for d in ("vmc", "tdvp")}
+    file1, d4, numpy_file = root / "vmc-1.nks", root / "d4.nks", root / "np.nks"
+    launch(
+        2,
+        in_turn(
+            *(["straight", root / f"{d}-straight", d, STEPS] for d in ("vmc", "tdvp")),
+            *(["save", root / f"{d}-save2", d, K, file2[d]] for d in ("vmc", "tdvp")),
+            ["save-numpy", root / "np-saved", numpy_file],
+            ["state-dict", root / "state-dict"],
+            ["own-blocks", root / "own-blocks", root / "own.nks"],
+        ),
+        jax_cache=cache,
+    )
+    launch(
+        1,
+        in_turn(
+            ["save", root / "vmc-save1", "vmc", K, file1],
+            ["chains", root / "chains-on1", file2["vmc"]],
+            ["load-numpy", root / "np-on1", numpy_file],
+        ),
+        jax_cache=cache,
+    )
+    flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    launch(1, ["save", root / "d4-save", "vmc", K, d4], jax_cache=cache, env=flags)
+    launch(
+        2,
+        in_turn(
+            *(["resume", root / f"{d}-resumed", d, K, STEPS, file2[d]] for d in ("vmc", "tdvp")),
+            ["chains", root / "file1-on2", file1],
+            ["resume", root / "file1-resumed-on2", "vmc", K, STEPS, file1],
+            *(["chains", root / f"chains-into-{n}", file2["vmc"], n] for n in (8, 16)),
+            ["chains", root / "d4-on2", d4],
+            ["load-numpy", root / "np-on2", numpy_file],
+        ),
+        jax_cache=cache,
+    )
+    launch(
+        3,
+        in_turn(["chains", root / "chains-on3", file2["vmc"]], ["load-numpy", root / "np-on3", numpy_file]),
+        jax_cache=cache,
+    )
+    return {
+        "root": root,
+        **{d: reported(root, f"{d}-straight") for d in ("vmc", "tdvp")},
+        **{f"{d}-file2": file2[d] for d in ("vmc", "tdvp")},
+        "vmc-file1": file1,
+        "vmc-saved1": reported(root, "vmc-save1"),
+        "vmc-saved-chains": reported(root, "vmc-save2")["chains"],
+        "numpy-file": numpy_file,
+    }
+
+
+def reported(root, name):
+    """What process 0 of an action reported (tests/_mp_worker.py)."""
+    return np.load(root / name / "result.npz")
+
+
+def of_rank(runs, name, r):
+    """What process ``r`` of an action reported."""
+    return np.load(runs["root"] / name / f"rank-{r}.npz")
 
 
 def assert_same_run(reference, resumed):
@@ -57,11 +124,10 @@ def assert_same_run(reference, resumed):
 
 
 @pytest.mark.parametrize("driver", ["vmc", "tdvp"])
-def test_two_process_file_resumes_exactly_on_two(runs, cache, tmp_path, driver):
+def test_two_process_file_resumes_exactly_on_two(runs, driver):
     info = nkserde.verify(runs[f"{driver}-file2"])
     assert info["process_count"] == 2
-    launch(2, ["resume", tmp_path, driver, K, STEPS, runs[f"{driver}-file2"]], jax_cache=cache)
-    resumed = np.load(tmp_path / "result.npz")
+    resumed = reported(runs["root"], f"{driver}-resumed")
     assert_same_run(runs[driver], resumed)
     if driver == "tdvp":
         assert float(resumed["t"]) == float(runs[driver]["t"])
@@ -88,14 +154,13 @@ def test_file_size_does_not_grow_with_processes(runs):
 
 
 @pytest.mark.parametrize("n", [1, 3])
-def test_chains_survive_a_change_of_process_count(runs, cache, tmp_path, n):
-    launch(n, ["chains", tmp_path, runs["vmc-file2"]], jax_cache=cache)
-    result = np.load(tmp_path / "result.npz")
+def test_chains_survive_a_change_of_process_count(runs, n):
+    loaded = reported(runs["root"], f"chains-on{n}")
     saved = runs["vmc-saved-chains"]
-    assert int(result["step_count"]) == K
+    assert int(loaded["step_count"]) == K
     # every thermalised chain kept: the same multiset of configurations
-    assert sorted(map(bytes, result["chains"])) == sorted(map(bytes, saved))
-    assert list(result["resized"]) == [""]  # nothing to resize: no warning
+    assert sorted(map(bytes, loaded["chains"])) == sorted(map(bytes, saved))
+    assert list(loaded["resized"]) == [""]  # nothing to resize: no warning
 
 
 def assert_loaded_exactly(saved, loaded):
@@ -112,50 +177,40 @@ def assert_continues(reference, resumed):
             np.testing.assert_allclose(resumed[k], reference[k], rtol=1e-12, atol=1e-14, err_msg=k)
 
 
-def test_one_process_file_loads_on_two(runs, cache, tmp_path):
-    launch(2, ["chains", tmp_path / "load", runs["vmc-file1"]], jax_cache=cache)
-    assert_loaded_exactly(runs["vmc-saved1"], np.load(tmp_path / "load" / "result.npz"))
-    launch(2, ["resume", tmp_path / "resume", "vmc", K, STEPS, runs["vmc-file1"]], jax_cache=cache)
-    assert_continues(runs["vmc"], np.load(tmp_path / "resume" / "result.npz"))
+def test_one_process_file_loads_on_two(runs):
+    assert_loaded_exactly(runs["vmc-saved1"], reported(runs["root"], "file1-on2"))
+    assert_continues(runs["vmc"], reported(runs["root"], "file1-resumed-on2"))
 
 
-def test_multi_device_process_file_loads_on_two_processes(runs, cache, tmp_path):
+def test_multi_device_process_file_loads_on_two_processes(runs):
     """One process with 4 devices saves (its chains: 4 blocks of one
     process); 2 processes of one device each load it exactly."""
-    flags = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    launch(1, ["save", tmp_path / "save", "vmc", K, tmp_path / "d4.nks"], jax_cache=cache, env=flags)
-    saved = np.load(tmp_path / "save" / "result.npz")
-    launch(2, ["chains", tmp_path / "load", tmp_path / "d4.nks"], jax_cache=cache)
-    assert_loaded_exactly(saved, np.load(tmp_path / "load" / "result.npz"))
+    assert_loaded_exactly(reported(runs["root"], "d4-save"), reported(runs["root"], "d4-on2"))
 
 
 @pytest.mark.parametrize("n_chains", [8, 16])
-def test_different_number_of_chains_keeps_what_fits(runs, cache, tmp_path, n_chains):
+def test_different_number_of_chains_keeps_what_fits(runs, n_chains):
     """12 saved chains into 8 (the first 8 kept) or 16 (all 12 kept, 4 new
     ones repeat the first 4), with a warning saying so."""
-    launch(2, ["chains", tmp_path, runs["vmc-file2"], n_chains], jax_cache=cache)
-    result = np.load(tmp_path / "result.npz")
+    loaded = reported(runs["root"], f"chains-into-{n_chains}")
     saved = runs["vmc-saved-chains"]
-    np.testing.assert_array_equal(result["chains"], saved[np.arange(n_chains) % 12])
-    assert any("12 chains" in w and f"template {n_chains}" in w for w in result["resized"])
+    np.testing.assert_array_equal(loaded["chains"], saved[np.arange(n_chains) % 12])
+    assert any("12 chains" in w and f"template {n_chains}" in w for w in loaded["resized"])
 
 
-def test_per_process_values_are_stacked_and_derived(cache, tmp_path):
+def test_per_process_values_are_stacked_and_derived(runs):
     """A numpy sampler's state is per process: saved by 2, loaded by 2 each
     gets its own back; loaded by 3, process 2 continues process 0's chains
     with a generator jumped ahead (a different stream); loaded by 1, process
     0 gets its own and a warning says process 1's values are not used."""
-    launch(2, ["save-numpy", tmp_path / "saved", tmp_path / "np.nks"], jax_cache=cache)
-    header = nkserde.format.read_header(tmp_path / "np.nks")
+    header = nkserde.format.read_header(runs["numpy-file"])
     assert "@per_process" in repr(header["tree"])
-    for n in (1, 2, 3):
-        launch(n, ["load-numpy", tmp_path / f"on{n}", tmp_path / "np.nks"], jax_cache=cache)
-    saved = [np.load(tmp_path / "saved" / f"rank-{r}.npz") for r in range(2)]
-    warned = np.load(tmp_path / "on1" / "rank-0.npz")["warned"]
+    saved = [of_rank(runs, "np-saved", r) for r in range(2)]
+    warned = of_rank(runs, "np-on1", 0)["warned"]
     assert any("saved by 2 processes, loaded by 1" in str(w) for w in warned), warned
     for n in (1, 2, 3):
         for r in range(n):
-            got = np.load(tmp_path / f"on{n}" / f"rank-{r}.npz")
+            got = of_rank(runs, f"np-on{n}", r)
             np.testing.assert_array_equal(got["chains"], saved[r % 2]["chains"])
             if r < 2:
                 np.testing.assert_array_equal(got["rng"], saved[r]["rng"])
@@ -169,6 +224,25 @@ def test_replicated_values_that_differ_are_refused(cache, tmp_path):
         assert "ProcessMismatchError" in out and "replicated" in out and "process 1" in out, out[-3000:]
     assert not (tmp_path / "bad.nks").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".nkserde-tmp")]
+
+
+def test_a_state_dict_restores_in_memory_on_every_process(runs):
+    """nkserde.from_state_dict(template, nkserde.state_dict(driver)) with 2
+    processes: the chains spread over them come back from each process's
+    own blocks (no file)."""
+    for r in range(2):
+        got = of_rank(runs, "state-dict", r)
+        assert got["same"] and int(got["step_count"]) == 1, r
+
+
+def test_each_process_reads_its_own_blocks(runs):
+    """A load on 2 processes reads the replicated values and the blocks of
+    its own shards, not the whole file."""
+    for r in range(2):
+        got = of_rank(runs, "own-blocks", r)
+        assert got["same"] and got["params"]
+        share = (1024 * 4096) // 2
+        assert share <= got["read"] <= share + 64 * 1024, (r, int(got["read"]), int(got["size"]))
 
 
 # ------------------------------------------------------------- the Checkpoint callback
@@ -236,27 +310,6 @@ def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path)
     assert int(result["resumed_from"]) == 3
     files = sorted(p.name for p in (tmp_path / "ckpt" / "run-0").iterdir())
     assert ".lock" not in files and "fingerprint.json" in files
-
-
-def test_a_state_dict_restores_in_memory_on_every_process(cache, tmp_path):
-    """nkserde.from_state_dict(template, nkserde.state_dict(driver)) with 2
-    processes: the chains spread over them come back from each process's
-    own blocks (no file)."""
-    launch(2, ["state-dict", tmp_path], jax_cache=cache)
-    for r in range(2):
-        got = np.load(tmp_path / f"rank-{r}.npz")
-        assert got["same"] and int(got["step_count"]) == 1, r
-
-
-def test_each_process_reads_its_own_blocks(cache, tmp_path):
-    """A load on 2 processes reads the replicated values and the blocks of
-    its own shards, not the whole file."""
-    launch(2, ["own-blocks", tmp_path, tmp_path / "own.nks"], jax_cache=cache)
-    for r in range(2):
-        got = np.load(tmp_path / f"rank-{r}.npz")
-        assert got["same"] and got["params"]
-        share = (1024 * 4096) // 2
-        assert share <= got["read"] <= share + 64 * 1024, (r, int(got["read"]), int(got["size"]))
 
 
 # 2 and 8: the counts are the same at both ends (4 added 44 s of CI and no case);

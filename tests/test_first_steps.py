@@ -447,6 +447,10 @@ def run_registered():
     registry.restore(saved)
 
 
+# optax's inject_hyperparams casts complex moments to real parameters' dtypes
+# with jnp's astype, so JAX attributes the warning to its own module: filtered
+# here, in optax's updates of this test, not for nkserde's code elsewhere
+@pytest.mark.filterwarnings("ignore:Casting from complex to real dtypes will soon raise:DeprecationWarning")
 def test_every_provisional_optax_state_loads_into_a_fresh_template(run_registered, tmp_path):
     """The state after real updates (one more than change its structure)
     loads into the freshly initialised state of the same optimizer, bit for
