@@ -208,17 +208,23 @@ class DirectoryLock:
             fd = os.open(temp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except OSError as exc:  # gone, read-only, permission denied
             raise self._failed(exc) from None
+        self._write_synced(fd, line, temp)
+        return temp
+
+    def _write_synced(self, fd: int, line: str, path: Path) -> None:
+        """``line`` written to the new file ``path`` (open as ``fd``, closed
+        here) and fsynced; on a failure (disk full, I/O error) the file is
+        removed and the error raised as a CheckpointDirectoryError."""
         try:
             try:
                 os.write(fd, line.encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        except OSError as exc:  # disk full, I/O error
+        except OSError as exc:
             with contextlib.suppress(OSError):
-                os.unlink(temp)
+                os.unlink(path)
             raise self._failed(exc, f"writing the lock {LOCK_FILE} failed") from None
-        return temp
 
     def _place(self, temp: Path, line: str) -> bool:
         """Puts the lock in place; False if a lock is there."""
@@ -236,16 +242,7 @@ class DirectoryLock:
             return False
         except OSError as exc:
             raise self._failed(exc) from None
-        try:
-            try:
-                os.write(fd, line.encode())
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            raise self._failed(exc, f"writing the lock {LOCK_FILE} failed") from None
+        self._write_synced(fd, line, self.path)
         return True
 
     def _read(self) -> tuple[Owner | None, tuple] | None:
