@@ -297,3 +297,34 @@ def _flat(tree, prefix=""):
     if isinstance(tree, (np.ndarray, np.generic)):
         return {prefix: (np.asarray(tree).dtype.str, np.shape(tree), np.asarray(tree).tobytes())}
     return {prefix: tree}
+
+
+def test_a_small_file_under_a_huge_limit_reads_its_size_not_the_limit(tmp_path):
+    # found: read_capped read limit + 1 bytes at once, and a read allocates
+    # what it asks for: under the default limit (the machine's memory)
+    # `nkserde inspect x.mpack` raised MemoryError on a machine with less free
+    from nkserde.format import bounded
+
+    path = tmp_path / "small"
+    path.write_bytes(b"x" * 1000)
+    assert bounded.read_capped(path, 1 << 60) == b"x" * 1000
+    with pytest.raises(nkserde.errors.LoadLimitError):
+        bounded.read_capped(path, 999)
+
+
+def test_a_file_that_grows_while_read_is_stopped_at_the_limit(tmp_path, monkeypatch):
+    from nkserde.format import bounded
+
+    path = tmp_path / "growing"
+    path.write_bytes(b"x" * 10)
+    real_fstat = os.fstat
+
+    def fstat_then_grow(fd):  # the size fstat saw, then the file grows
+        info = real_fstat(fd)
+        with open(path, "ab") as f:
+            f.write(b"y" * 5000)
+        return info
+
+    monkeypatch.setattr(bounded.os, "fstat", fstat_then_grow)
+    with pytest.raises(nkserde.errors.LoadLimitError):
+        bounded.read_capped(path, 4000)

@@ -45,7 +45,16 @@ def read_capped(path, limit: int, what: str = "file") -> bytes:
             if not stat.S_ISREG(info.st_mode):
                 raise CorruptFileError(f"{path}: the {what} is not a regular file")
             _check_size(path, what, info.st_size, limit)
-            data = f.read(limit + 1)
+            # read what fstat says and one byte more, never the limit: a
+            # read of n bytes allocates n at once (the default limit is the
+            # machine's memory, a MemoryError where less is free)
+            data = f.read(info.st_size + 1)
+            if len(data) > info.st_size:  # it grew since: on, in chunks, up to the limit
+                parts, total = [data], len(data)
+                while total <= limit and (chunk := f.read(min(_CHUNK, limit + 1 - total))):
+                    parts.append(chunk)
+                    total += len(chunk)
+                data = b"".join(parts)
     except OSError as exc:
         if isinstance(exc, FileNotFoundError):
             raise
