@@ -28,11 +28,11 @@ imports neither JAX nor NetKet, so ``nkserde inspect`` answers at once on a
 login node); the first ``nkserde.save`` or ``nkserde.Checkpoint`` imports
 them and registers NetKet's types, as ``import nkserde`` did before.
 
-Compiled code outlives the process without a call: when JAX is imported
-(before or after nkserde), nkserde points its persistent compilation cache
-at the user's cache directory, unless the user configured one or set
-``NKSERDE_COMPILATION_CACHE=off`` (nkserde.caches.automatic); nothing is
-written before something compiles.
+Compiled code outlives the process without a call: when NetKet is
+imported (before or after nkserde), nkserde points JAX's persistent
+compilation cache at the user's cache directory, unless the user
+configured one or set ``NKSERDE_COMPILATION_CACHE=off``
+(nkserde.caches.automatic); nothing is written before something compiles.
 """
 
 import importlib

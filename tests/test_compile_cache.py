@@ -1,5 +1,5 @@
 """Compiled code outlives the process (nkserde.caches): nkserde itself (as
-JAX is imported, nkserde.caches.automatic), a Checkpoint, or
+NetKet is imported, nkserde.caches.automatic), a Checkpoint, or
 ``nkserde.compilation_cache()`` at the top of a script, points JAX's
 persistent compilation cache at the user's cache directory and caches
 NetKet's numba kernels and the fingerprint's probes beside it, so a resumed

@@ -10,7 +10,7 @@ entry point of the package:
     caches.use_default()           # the one given before, else the user's: compile_cache="auto"
 
 A script needs no call: ``import nkserde`` points JAX at the user's cache
-directory as JAX is imported, and :func:`use_default` follows when nkserde's
+directory as NetKet is imported, and :func:`use_default` follows when nkserde's
 API loads (:mod:`~nkserde.caches.automatic`, off with
 ``NKSERDE_COMPILATION_CACHE=off``).
 
@@ -46,7 +46,7 @@ def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
     makes its directory when it first writes.
 
     A script needs no call for the default directory: ``import nkserde``
-    sets it as JAX is imported (:mod:`nkserde.caches.automatic`;
+    sets it as NetKet is imported (:mod:`nkserde.caches.automatic`;
     ``NKSERDE_COMPILATION_CACHE=off`` turns that off). A call with a
     directory of one's own, before anything is built, keeps everything
     there."""
