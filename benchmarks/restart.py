@@ -2,6 +2,7 @@
 compilation caches, side by side.
 
     python benchmarks/restart.py [--models rbm,gcnn,vit] [--repeat R] [--modes cold,readme,...]
+    python benchmarks/restart.py --models gcnn,rbm,vit --modes cold,readme,no-numba --repeat 3  # issue 45's figures
 
 For each model a first process runs a few checkpointed steps (the job that
 was preempted); a second process resumes it, as the requeued job does,
@@ -27,9 +28,9 @@ the default options), in processes of their own:
   the same for its resume;
 * ``line``: ``nkserde.compilation_cache(DIR)`` at the top as well (the line
   issue 31 asked scripts to add), DIR fresh per pair;
-* ``no numba``: ``line`` without numba's cache of NetKet's kernels
+* ``no-numba``: ``readme`` without numba's cache of NetKet's kernels
   (nkserde.caches.numba_kernels.use replaced by a no-op in the process):
-  what that cache saves is ``no numba`` - ``line``.
+  what that cache saves is ``no-numba`` - ``readme``.
 
 ``--modes`` picks them (default ``cold,readme``); the first is the one the
 others are divided by. The ``restart`` row is everything but the import
@@ -69,7 +70,7 @@ from pathlib import Path
 
 _T0 = time.perf_counter()
 PHASES = ("import", "build", "fingerprint", "load", "first step", "warm step")
-MODES = ("cold", "readme", "line", "no numba")
+MODES = ("cold", "readme", "line", "no-numba")
 
 
 def child(model: str, directory: Path, mode: str, cache: str | None, steps: int) -> dict:
@@ -77,11 +78,11 @@ def child(model: str, directory: Path, mode: str, cache: str | None, steps: int)
     to ``steps``, as the README's script in ``mode``; returns the time of
     each phase."""
     times = {}
-    if mode == "no numba":  # (before NetKet's import: its kernels never get nkserde's cache)
+    if mode == "no-numba":  # (before NetKet's import: its kernels never get nkserde's cache)
         from nkserde.caches import numba_kernels
 
         numba_kernels.use = lambda *args, **kwargs: 0
-    if mode in ("line", "no numba"):
+    if mode == "line":
         import nkserde
 
         nkserde.compilation_cache(cache)

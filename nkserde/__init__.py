@@ -25,17 +25,29 @@ Public API::
                                          which checkpoints it keeps (keep=)
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
     nkserde.compilation_cache(directory=None)     JAX's compiled code outlives the process
+                                         (in the user's cache without a call: see below)
 
 Every name above is loaded on its first use (``import nkserde`` itself
 imports neither JAX nor NetKet, so ``nkserde inspect`` answers at once on a
 login node); the first ``nkserde.save`` or ``nkserde.Checkpoint`` imports
 them and registers NetKet's types, as ``import nkserde`` did before.
+
+Compiled code outlives the process without a call: when NetKet is
+imported (before or after nkserde), nkserde points JAX's persistent
+compilation cache at the user's cache directory, unless the user
+configured one or set ``NKSERDE_COMPILATION_CACHE=off``
+(nkserde.caches.automatic); nothing is written before something compiles.
 """
 
 import importlib
 import importlib.util
 
 from . import errors
+from .caches import automatic as _automatic_caches
+
+# compiled code cached from NetKet's import on, the template's build included
+# (nkserde.caches.automatic; NKSERDE_COMPILATION_CACHE=off turns it off)
+_automatic_caches.install()
 
 __version__ = "0.1.0"
 __all__ = [

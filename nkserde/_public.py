@@ -13,7 +13,7 @@ from .placement import per_process
 from .partial_load import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .registry import migration, register
-from .caches import use as compilation_cache
+from .caches import automatic as _automatic_caches, use as compilation_cache
 from . import netket as _netket_registrations
 from .netket._common import find as _find
 
@@ -31,6 +31,9 @@ def _signature_of_init(cls) -> inspect.Signature:
     init = inspect.signature(cls.__init__)
     return init.replace(parameters=list(init.parameters.values())[1:], return_annotation=inspect.Signature.empty)
 
+
+# the caches beside JAX's, before a Checkpoint's first step (nkserde.caches.automatic)
+_automatic_caches.complete()
 
 if isinstance(Checkpoint, type):
     # NetKet's callbacks are Pytrees, whose metaclass defines __call__(*args,

@@ -1,5 +1,6 @@
-"""Compiled code outlives the process (nkserde.caches): a Checkpoint,
-or ``nkserde.compilation_cache()`` at the top of a script, points JAX's
+"""Compiled code outlives the process (nkserde.caches): nkserde itself (as
+NetKet is imported, nkserde.caches.automatic), a Checkpoint, or
+``nkserde.compilation_cache()`` at the top of a script, points JAX's
 persistent compilation cache at the user's cache directory and caches
 NetKet's numba kernels and the fingerprint's probes beside it, so a resumed
 run takes its compiled code from there (JAX and numba count the hits, and
@@ -95,12 +96,15 @@ def test_a_resumed_run_takes_its_compiled_code_from_the_users_cache(tmp_path):
     assert probes == 0  # nor did the fingerprint probe anything again
 
 
-def test_without_the_cache_nothing_is_cached(tmp_path):
-    cache, hits = run(tmp_path, tmp_path / "ckpt", "off", 2)
-    assert cache == "None" and hits == 0
+def test_the_switch_turns_the_cache_off_and_compile_cache_none_adds_none_of_its_own(tmp_path):
+    for ckpt, mode in ((tmp_path / "ckpt", "auto"), (tmp_path / "ckpt2", "off")):
+        cache, hits = run(tmp_path, ckpt, mode, 2, NKSERDE_COMPILATION_CACHE="off")
+        assert cache == "None" and hits == 0
     assert not (tmp_path / "xdg").exists()
-    cache, hits = run(tmp_path, tmp_path / "ckpt2", "auto", 2, NKSERDE_COMPILATION_CACHE="off")
-    assert cache == "None"
+    # compile_cache=None: the cache nkserde set when JAX was imported stays
+    # (NKSERDE_COMPILATION_CACHE=off, above, is the switch)
+    cache, _ = run(tmp_path, tmp_path / "ckpt3", "off", 2)
+    assert Path(cache).parent == tmp_path / "xdg" / "nkserde" / "jax"
 
 
 def test_a_cache_the_user_configured_is_left_as_it_is(tmp_path):

@@ -111,6 +111,23 @@ def test_the_scripts_own_functions_are_never_kept(kept):
     assert fingerprint(driver(activation=lambda x: x * 3)) != with_mine  # computed again, not taken
 
 
+def test_what_fails_to_be_described_gives_no_key():
+    # (content_key.key's one broad except: describing objects a script holds
+    # runs their code; whatever it raises, the probe runs instead)
+    deleted = jnp.arange(3.0)
+    deleted.delete()
+    assert content_key.key("k", deleted) is None  # np.asarray of it raises RuntimeError
+    assert content_key.key("k", jnp.arange(3.0)) is not None
+
+    class Failing(nk.hilbert.Spin):  # a slot whose descriptor raises (a C extension's state, a lazy property)
+        __slots__ = ("broken",)
+
+    Failing.__module__ = "netket.hilbert"  # a class of a package the key pins
+    failing = Failing(0.5, N=4)
+    Failing.broken = property(lambda self: 1 / 0)
+    assert content_key.key("k", failing) is None
+
+
 def test_a_cached_hash_is_not_content():
     a, b = nk.hilbert.Spin(0.5, N=4), nk.hilbert.Spin(0.5, N=4)
     hash(a)  # cached on a (another value in every process), not on b

@@ -1,39 +1,60 @@
 """Compiled code that outlives the process: JAX's persistent compilation
-cache (:mod:`nkserde.caches.jax_executables`) and numba's cache of NetKet's operator
-kernels (:mod:`nkserde.caches.numba_kernels`), side by side. What
-``nkserde.compilation_cache()`` and a Checkpoint's ``compile_cache`` set.
+cache (:mod:`~nkserde.caches.jax_executables`), numba's cache of NetKet's
+operator kernels (:mod:`~nkserde.caches.numba_kernels`) and the results a
+resumed run would compute again (:mod:`~nkserde.caches.results`: the
+fingerprint's probes, a jax LocalOperator's tables), side by side. The one
+entry point of the package:
 
     caches.use()                   # the user's cache directory
-    caches.use("/scratch/me/jax")  # or one of one's own
+    caches.use("/scratch/me/jax")  # or one of one's own: nkserde.compilation_cache(DIR)
+    caches.use_default()           # the one given before, else the user's: compile_cache="auto"
+
+A script needs no call: ``import nkserde`` points JAX at the user's cache
+directory as NetKet is imported, and :func:`use_default` follows when nkserde's
+API loads (:mod:`~nkserde.caches.automatic`, off with
+``NKSERDE_COMPILATION_CACHE=off``).
 
 numba's files go in a ``numba`` subdirectory of the directory given (or of
 nkserde's default one, also when JAX's cache is one the user configured),
-written by process 0 only, and bounded apart from JAX's entries; the
-fingerprint's probes of functions, optimizers and operators
-(:mod:`nkserde.caches.results`) in a ``results`` one, likewise, and with them
-the arrays NetKet packs a jax LocalOperator into with numba
-(:mod:`nkserde.caches.operator_tables`: a resumed process then starts no numba).
+the results in a ``results`` one, each written by process 0 only and
+bounded apart from JAX's entries.
+
+Importing this package imports neither JAX, numba nor NetKet (``import
+nkserde`` installs the automatic cache from here); :func:`use` imports
+what it sets.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+TYPE_CHECKING = False  # (typing's costs milliseconds of ``import nkserde``, as pathlib would)
+if TYPE_CHECKING:
+    from pathlib import Path
 
-from .. import jax_internals
-from . import jax_executables, numba_kernels, operator_tables, results
-
+DEFAULT_MAX_BYTES = 4 * 2**30  # of JAX's entries
 # the packages whose numba functions get a cache (NetKet asks for none)
 PACKAGES = ("netket",)
 _given: Path | None = None  # the directory use() was last given in this process (None: the default)
 
 
-def use(directory=None, *, max_bytes: int = jax_executables.DEFAULT_MAX_BYTES) -> Path | None:
+def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
     """Points JAX's persistent compilation cache at ``directory`` (see
-    :func:`nkserde.caches.jax_executables.use`) and caches NetKet's numba kernels and
-    the fingerprint's probes beside it; returns the directory JAX's cache
-    is in. Takes effect for what compiles from now on (and writes NetKet's
-    kernels compiled before); call it again after importing a NetKet
-    module that was not loaded."""
+    :func:`nkserde.caches.jax_executables.use`) and caches NetKet's numba
+    kernels and the fingerprint's probes beside it; returns the directory
+    JAX's cache is in. Takes effect for what compiles from now on (and
+    writes NetKet's kernels compiled before); call it again after importing
+    a NetKet module that was not loaded. Makes nothing on disk: each cache
+    makes its directory when it first writes.
+
+    A script needs no call for the default directory: ``import nkserde``
+    sets it as NetKet is imported (:mod:`nkserde.caches.automatic`;
+    ``NKSERDE_COMPILATION_CACHE=off`` turns that off). A call with a
+    directory of one's own, before anything is built, keeps everything
+    there."""
+    from pathlib import Path
+
+    from .. import jax_internals
+    from . import jax_executables, numba_kernels, operator_tables, results
+
     global _given
     _given = None if directory is None else Path(directory)
     path = jax_executables.use(directory, max_bytes=max_bytes)
@@ -49,7 +70,7 @@ def use(directory=None, *, max_bytes: int = jax_executables.DEFAULT_MAX_BYTES) -
     return path
 
 
-def use_default(*, max_bytes: int = jax_executables.DEFAULT_MAX_BYTES) -> Path | None:
+def use_default(*, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
     """:func:`use` of the directory given to it earlier in this process
     (``nkserde.compilation_cache(DIR)`` at the top of a script), else of
     the default one: what a Checkpoint's ``compile_cache="auto"`` sets, so

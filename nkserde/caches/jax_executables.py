@@ -2,8 +2,9 @@
 finds the code its first job compiled instead of compiling it again.
 Knows JAX's configuration and files (no NetKet).
 
-    jax_executables.use()                       # the user's cache (below), bounded
-    jax_executables.use("/scratch/me/jax")      # or a directory of one's own (nkserde.compilation_cache)
+    jax_executables.use(None, max_bytes=2**32)      # the user's cache (below), bounded
+    jax_executables.use("/scratch/me/jax", max_bytes=2**32)  # or a directory of one's own
+    jax_executables.use(None, max_bytes=None)       # pointed at, not pruned (nkserde.caches.automatic)
 
 Where: ``NKSERDE_COMPILATION_CACHE`` if set, else ``$XDG_CACHE_HOME/nkserde/
 jax`` (``~/.cache/nkserde/jax``), in a subdirectory per JAX version and
@@ -18,9 +19,12 @@ Every compilation is cached (JAX's default skips those under one second),
 JAX writes from process 0 only (its own rule in multi-process runs), and
 the cache is kept under ``max_bytes`` by deleting its least recently used
 entries when a run starts (process 0; JAX's own bound needs the
-``filelock`` package, which NetKet does not install). A cache the user
-configured for JAX (``JAX_COMPILATION_CACHE_DIR`` or
-``jax.config.update("jax_compilation_cache_dir", ...)``) is left as it is.
+``filelock`` package, which NetKet does not install). Nothing is made on
+disk before JAX writes its first entry (JAX makes the directory). A cache
+the user configured for JAX (``JAX_COMPILATION_CACHE_DIR``,
+``jax.config.update("jax_compilation_cache_dir", ...)``, also after nkserde
+pointed JAX at its own) or turned off (``JAX_ENABLE_COMPILATION_CACHE=0``)
+is left as it is.
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ import jax
 from .. import jax_internals
 from . import lru
 
-DEFAULT_MAX_BYTES = 4 * 2**30
 ENVIRONMENT = "NKSERDE_COMPILATION_CACHE"
 _CACHE_SUFFIX = "-cache"  # what JAX names its entries (lru_cache._CACHE_SUFFIX, JAX 0.4.26 to 0.10)
 _ours: Path | None = None  # the directory this process pointed JAX at
+_pruned: set[Path] = set()  # the directories pruned in this process
 
 
 def default_directory() -> Path:
@@ -69,29 +73,35 @@ def configured() -> str | None:
     return jax.config.jax_compilation_cache_dir or None
 
 
-def use(directory=None, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path | None:
+def use(directory=None, *, max_bytes: int | None) -> Path | None:
     """Points JAX's persistent compilation cache at ``directory`` (default:
     :func:`default_directory`) unless the user configured one, caching every
     compilation; takes effect for the compilations from now on, also in a
-    process that compiled before. Returns the directory in use (the
-    user's own, if configured)."""
+    process that compiled before. Prunes it to ``max_bytes`` (once per
+    process and directory; None: not now). Returns the directory in use
+    (the user's own, if configured; None if the user turned JAX's cache
+    off)."""
     global _ours
     current = configured()
-    if current is not None and (_ours is None or Path(current) != _ours):
+    if current is not None and Path(current) != _ours:
+        if _ours is not None:  # set after nkserde pointed JAX at its own: JAX takes theirs from now on
+            _ours = None
+            jax_internals.reset_compilation_cache()
         return Path(current)  # the user's (or JAX's environment's): theirs to manage
+    if not jax.config.jax_enable_compilation_cache:
+        return None  # the user's choice too
     path = Path(directory) if directory is not None else default_directory()
-    path.mkdir(parents=True, exist_ok=True)
-    if _ours == path:
-        return path
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # JAX decides at its first compilation whether a cache is used; a
-    # script that built its driver before the Checkpoint existed has
-    # compiled already
-    jax_internals.reset_compilation_cache()
-    _ours = path
-    prune(path, max_bytes)
+    if _ours != path:
+        jax.config.update("jax_compilation_cache_dir", str(path))
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        # JAX decides at its first compilation whether a cache is used; a
+        # script that built its driver before has compiled already
+        jax_internals.reset_compilation_cache()
+        _ours = path
+    if max_bytes is not None and path not in _pruned and path.is_dir():
+        _pruned.add(path)
+        prune(path, max_bytes)
     return path
 
 

@@ -114,11 +114,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         NkserdeError). The checkpoints already written stay either way.
       compile_cache: ``"auto"`` (the directory the script gave
         ``nkserde.compilation_cache()``, else the user's cache directory),
-        a directory, or None: JAX's compiled code, numba's of NetKet's
-        kernels and the fingerprint's probes outlive the process, so a
-        resumed run does not compile again (:mod:`nkserde.caches`).
-        Set when each run starts; making a Checkpoint changes nothing in
-        the process. ``NKSERDE_COMPILATION_CACHE=off`` turns it off.
+        a directory, or None (the Checkpoint sets no cache of its own):
+        JAX's compiled code, numba's of NetKet's kernels and the
+        fingerprint's probes outlive the process, so a resumed run does
+        not compile again (:mod:`nkserde.caches`). ``import nkserde``
+        already caches what compiles from NetKet's import on (the
+        template's build included); the Checkpoint sets its setting when
+        each run starts: making one changes nothing in the process.
+        ``NKSERDE_COMPILATION_CACHE=off`` turns every cache off.
       init_from: a file or checkpoint directory of *another* run whose
         variational state this run starts from while ``directory`` has no
         checkpoint of its own (a warm start, a quench from a ground state);
@@ -414,7 +417,8 @@ def _use_compile_cache(setting) -> None:
     """The compiled-code caches a Checkpoint's ``compile_cache`` asks for
     (see :mod:`nkserde.caches`): ``"auto"`` keeps the directory the
     script gave ``nkserde.compilation_cache()``, else the default one,
-    unless ``NKSERDE_COMPILATION_CACHE=off``; None or False: none."""
+    unless ``NKSERDE_COMPILATION_CACHE=off``; None or False: none of its
+    own (what ``import nkserde`` set stays)."""
     if setting == "auto":
         if os.environ.get(jax_cache.ENVIRONMENT, "").lower() != "off":
             compiled_code.use_default()
