@@ -256,7 +256,8 @@ def test_restart_and_run_all_resumes(notebook):
         nb.run(cell)
     out = nb.run(run_cell)
     resumed = nb.value("ckpt.resumed_from")
-    assert resumed is not None and 0 < resumed <= HOLD + 1, out
+    # step HOLD is on disk before its end (where it was killed); the next step was never checkpointed
+    assert resumed == HOLD, out
     assert f"resumed VMC from step {resumed}" in out, out
     final = nb.value("digest(gs)")
     assert final["step"] == N_STEPS
