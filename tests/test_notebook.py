@@ -111,8 +111,10 @@ class Notebook:
     def submit(self, code: str) -> str:
         return self.client.execute(textwrap.dedent(code), store_history=True)
 
-    def result(self, msg_id: str, timeout: float = 300) -> str:
-        """The text a cell printed (stdout, stderr, its value); raises if it raised."""
+    def result(self, msg_id: str, timeout: float = 300, when=None) -> str:
+        """The text a cell printed (stdout, stderr, its value); raises if it
+        raised. ``when=(text, action)``: ``action()`` once the cell has
+        printed ``text``."""
         out, deadline = [], time.monotonic() + timeout
         while True:
             try:
@@ -124,6 +126,9 @@ class Notebook:
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
                 out.append(content["text"])
+                if when is not None and when[0] in "".join(out):
+                    when[1]()
+                    when = None
             elif kind == "execute_result":
                 out.append(content["data"]["text/plain"] + "\n")
             elif kind == "error":
@@ -189,9 +194,8 @@ def interrupted_run(nb: Notebook, run_cell: str, name: str) -> str:
     msg_id = nb.submit(run_cell)
     wait_for(reached)
     nb.manager.interrupt_kernel()  # the Interrupt button: SIGINT to the kernel
-    time.sleep(0.5)  # the signal is delivered (a deferred Ctrl-C waits for the step's end)
-    go.touch()
-    return nb.result(msg_id)
+    # the step goes on once the kernel says the Interrupt is deferred to its end
+    return nb.result(msg_id, when=("finishing this step and checkpointing it", go.touch))
 
 
 @pytest.mark.parametrize("form", ["callback", "checkpointed"])
