@@ -266,3 +266,29 @@ def test_restart_and_run_all_resumes(notebook):
     final = nb.value("digest(gs)")
     assert final["step"] == N_STEPS
     assert final == nb.value(f"plain({N_STEPS})")
+
+
+def test_an_edited_model_cell(notebook):
+    """The model cell edited and executed again, then the run cell: the
+    model's fields are the fingerprint's, not its code (as in a script).
+    A comment or a changed ``__call__`` that keeps fields and parameter
+    shapes resumes; a changed field (the width) is refused."""
+    nb, ckpt = notebook, str(notebook.workdir / "edited")
+    run_cell = f"""
+    gs = build()
+    ckpt = nkserde.Checkpoint({ckpt!r}, every=1)
+    gs.run(2, callback=ckpt, show_progress=False)
+    """
+    nb.run(run_cell)
+    try:
+        nb.run(MODEL.replace("@nn.compact", "# a comment\n    @nn.compact"))
+        nb.run(run_cell)
+        assert nb.value("ckpt.resumed_from") == 2
+        nb.run(MODEL.replace("return jnp.sum(", "return 0.5 * jnp.sum("))
+        nb.run(run_cell)
+        assert nb.value("ckpt.resumed_from") == 2  # the same two steps asked for: resumed, nothing to do
+        nb.run(MODEL.replace("alpha: int = 1", "alpha: int = 2"))
+        with pytest.raises(AssertionError, match="RunMismatchError"):
+            nb.run(run_cell)
+    finally:
+        nb.run(MODEL)
