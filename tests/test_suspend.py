@@ -5,6 +5,7 @@ the job's end moves by it. The real SLURM's suspend is in tests/test_slurm.py.""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 
 from test_scheduler import RUNNING, RecordingJob
 
+from nkserde.checkpoint import job_control, slurm
 from nkserde.checkpoint.job_control import JobControl
 from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
 
@@ -73,6 +75,7 @@ def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
 
 CHILD = """
 import json, sys, time
+from nkserde.checkpoint import job_control, slurm
 from nkserde.checkpoint.job_control import JobControl
 from nkserde.checkpoint.stopped_time import StoppedTime
 from nkserde.checkpoint.walltime import WalltimeGuard
@@ -116,3 +119,49 @@ def test_a_process_stopped_and_continued_does_not_stop_early():
     assert result["steps"] == 30  # no early stop
     assert result["step"] < 1.0  # the stopped interval is no step
     assert result["shift"] >= 4.0  # the deadline moved by the stopped time (6 s, measured to a tick)
+
+
+# ------------------------------------------------------- JAX's heartbeat
+
+PARTITION = (
+    "PartitionName=debug AllowGroups=ALL Default=YES GraceTime=0 Nodes=vm OverSubscribe=FORCE:4 "
+    "OverTimeLimit=NONE PreemptMode={} State=UP TotalCPUs=2 TotalNodes=1"
+)  # scontrol show partition --oneliner of SLURM 22.05, shortened
+
+
+class PartitionJob(slurm.Job):
+    def __init__(self, partition, mode):
+        super().__init__("4711", partition)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "asked", [])
+
+    def _run(self, *command):
+        self.asked.append(command)
+        if self.mode is None:
+            raise slurm.SlurmError("`scontrol` did not answer")
+        return PARTITION.format(self.mode)
+
+
+def test_the_partitions_preempt_mode_as_scontrol_prints_it():
+    job = PartitionJob("debug", "SUSPEND,GANG")
+    assert job.preempt_mode() == "SUSPEND,GANG"
+    assert job.asked == [("scontrol", "show", "partition", "--oneliner", "debug")]
+    assert slurm.Job("4711").preempt_mode() is None  # no partition known: nothing asked
+
+
+def test_current_job_knows_its_partition(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "debug")
+    assert slurm.current_job() == slurm.Job("4711", "debug")
+
+
+def test_a_partition_that_may_suspend_is_warned_about_once(monkeypatch, caplog):
+    monkeypatch.setattr(job_control, "_SUSPEND_WARNED", set())
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        for mode, partition in (("OFF", "a"), ("REQUEUE", "b"), (None, "c"), ("SUSPEND,GANG", "d"), ("GANG", "e")):
+            job_control.warn_if_suspending(PartitionJob(partition, mode), "ckpt")
+        job_control.warn_if_suspending(PartitionJob("d", "SUSPEND,GANG"), "ckpt")  # the same partition again
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert "partition d may suspend" in warned[0] and "heartbeat_timeout_seconds" in warned[0]
+    assert "partition e may suspend" in warned[1]

@@ -70,6 +70,8 @@ class Interruptions:
             label=str(self.directory),
             now=time.monotonic(),
         )
+        if multi_process() and self.job.job is not None:
+            job_control.warn_if_suspending(self.job.job, str(self.directory))
         if self.job.guard is not None:  # beside the handlers: the stops the guard leaves out
             self.job.stopped_time = StoppedTime().start()
         if multi_process() and (self.options.signals or self.options.walltime is not None):

@@ -267,6 +267,37 @@ class JobControl:
         return True
 
 
+# the partitions already warned about by this process (once, not every run)
+_SUSPEND_WARNED: set[str] = set()
+
+
+def warn_if_suspending(job: Job, label: str) -> None:
+    """Process 0 of a multi-process run in SLURM job ``job``: warns, once
+    per process and partition, when the partition may suspend the job
+    (PreemptMode SUSPEND or GANG: SIGSTOP to every task, SIGCONT later).
+    JAX's distributed service takes a process whose heartbeats stopped for
+    ``heartbeat_timeout_seconds`` (100 by default) for dead and aborts every
+    process, in C++, with no checkpoint and no requeue; only the script's
+    own ``jax.distributed.initialize`` sets it, and JAX does not say what it
+    was set to: the warning cannot tell a script that did."""
+    if job.partition in _SUSPEND_WARNED:
+        return
+    try:
+        mode = job.preempt_mode()
+    except SlurmError:
+        return
+    _SUSPEND_WARNED.add(job.partition)
+    if not mode or not {"SUSPEND", "GANG"} & set(mode.upper().split(",")):
+        return
+    say(
+        f"{label}: SLURM partition {job.partition} may suspend this job (PreemptMode={mode}); JAX aborts every "
+        "process of a job suspended for longer than its heartbeat timeout (100 s by default): unless your "
+        "jax.distributed.initialize sets heartbeat_timeout_seconds above the longest suspension, do so "
+        "(docs/guides/slurm.md)",
+        logging.WARNING,
+    )
+
+
 def absorb_late_signals(signals) -> None:
     """In a SLURM job, once a run is done: the job's ``--signal`` (the
     signals of ``signals`` but SIGTERM) may still come, while the script
