@@ -7,7 +7,9 @@ beside the rest of it; the tests that read them come last. An
 *administrator* thread skips a requeued job's wait in state BeginTime
 (``scontrol update JobId=<id> StartTime=now``, what an administrator
 would do: SLURM holds a requeued job for two minutes before it may start
-again) and notes every state the jobs pass through.
+again), suspends the jobs that ask for it mid-run (``scontrol suspend``,
+then ``resume``: what gang scheduling and PreemptMode=SUSPEND do) and
+notes every state the jobs pass through.
 
 Where SLURM or mpirun is missing, the tests skip and say why; with
 ``NKSERDE_REQUIRE_CLUSTER=1`` (set by ``.ci/run``) they fail instead.
@@ -146,7 +148,9 @@ class Jobs:
     ``plan``: name -> (job script, sbatch options, environment), each job
     in a directory of its own below ``root``; ``prepare(name, workdir,
     script)`` runs before each submission (copies the run script, ...) and
-    returns the script to submit.
+    returns the script to submit. ``suspend``: name -> (step, seconds): the
+    job is suspended once its output shows that step completed, and
+    resumed that many seconds later (the times in ``workdir/suspended``).
 
     Under pytest-xdist every worker collects the module and calls
     :meth:`submit` with the same ``root``: the first to create
@@ -156,9 +160,10 @@ class Jobs:
     submitter's thread only keeps the holds short while the others run
     other tests."""
 
-    def __init__(self, plan: dict, prepare):
+    def __init__(self, plan: dict, prepare, suspend: dict | None = None):
         self.plan = plan
         self.prepare = prepare
+        self.suspend = suspend or {}
         self.jobs: dict[str, Job] = {}
         self.problem: str | None = None
         self.root: Path | None = None
@@ -257,7 +262,32 @@ class Jobs:
                     job.held_since = None
             else:
                 job.held_since = None
+            if state in ("RUNNING", "SUSPENDED") and job.name in self.suspend:
+                self._suspend(job, *self.suspend[job.name])
         return True
+
+    def _suspend(self, job: Job, step: int, seconds: float) -> None:
+        """Suspends the job once it completed ``step``, resumes it
+        ``seconds`` later. The file ``suspended`` in its directory says when
+        (wall-clock times), so that whichever worker polls does it once."""
+        record = job.workdir / "suspended"
+        if not record.exists():
+            if not any(int(k) >= step for k, _ in lines(job.output, "step")):
+                return
+            try:
+                os.close(os.open(record, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                return
+            subprocess.run(["scontrol", "suspend", job.job_id], capture_output=True, timeout=60)
+            record.write_text(f"suspended {time.time():.3f}\n")
+            return
+        said = record.read_text()
+        started = re.search(r"^suspended (\S+)$", said, re.M)
+        if started is None or "resumed" in said or time.time() - float(started.group(1)) < seconds:
+            return
+        subprocess.run(["scontrol", "resume", job.job_id], capture_output=True, timeout=60)
+        with record.open("a") as f:
+            f.write(f"resumed {time.time():.3f}\n")
 
     def wait(self, name: str, timeout: float = 900) -> Job:
         """The job once it reached a final state (COMPLETED, FAILED, ...)."""

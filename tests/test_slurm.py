@@ -13,6 +13,11 @@ run). The jobs are submitted when the suite is collected and run
 beside it (tests/conftest.py); these tests come last and read them. A
 requeued job's two-minute hold in BeginTime is cut to a few seconds, as an
 administrator would (tests/cluster.py).
+
+Two 2-task jobs are suspended mid-run (``scontrol suspend``, then
+``resume``: gang scheduling, PreemptMode=SUSPEND), for less and for more
+than JAX's default heartbeat timeout (100 s): they go on, in their first
+allocation, and end as the run without SLURM.
 """
 
 from __future__ import annotations
@@ -46,11 +51,18 @@ LONG_STEP = {**STEP, "STEP_SECONDS": "4"}
 # d346256). 5-s steps put the requeues near steps 17 and 40, mid-run.
 AUTO_REQUEUE_STEP = {**STEP, "STEP_SECONDS": "5"}
 SIGNAL = "--signal=USR1@40"  # in place of the script's USR1@120
+# Suspended after step 5 of 2-s steps in a 5-minute job (no --signal): the
+# guard before issue 46 took 60 stopped seconds for a step, kept
+# 1.25 * 3 * 60 s + 10 s for the last steps of two processes, more than the
+# ~200 s it saw left, and stopped and requeued the job.
+SUSPENDED = {"suspended-60s": 60, "suspended-130s": 130}
+SUSPEND_AFTER_STEP = 5
+SUSPEND_STEP = {**STEP, "STEP_SECONDS": "2"}
 
 
 def prepare(name: str, workdir: Path, script: Path) -> Path:
     shutil.copy(RUN, workdir / "run.py")
-    if name in ("no-signal", "auto-slurm-requeue"):
+    if name in ("no-signal", "auto-slurm-requeue", *SUSPENDED):
         # the job script as the guide shows it, without its --signal line
         lines = [line for line in script.read_text().splitlines(keepends=True) if "--signal" not in line]
         script = workdir / "job-without-signal.sh"
@@ -72,10 +84,11 @@ def plan() -> dict:
         "auto-slurm-requeue": (JOB_SH, [TIME], {**cache, **AUTO_REQUEUE_STEP, "AUTO_SLURM_REQUEUE": "60"}),
         "raises": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3"}),
         "raises-requeued": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3", "REQUEUE_ON_ERROR": "2"}),
+        **{name: (JOB_SH, ["--time=5", "--ntasks=2"], {**cache, **SUSPEND_STEP}) for name in SUSPENDED},
     }
 
 
-JOBS = cluster.Jobs(plan(), prepare)
+JOBS = cluster.Jobs(plan(), prepare, suspend={name: (SUSPEND_AFTER_STEP, s) for name, s in SUSPENDED.items()})
 
 
 @pytest.fixture(scope="module")
@@ -237,6 +250,28 @@ def test_a_run_that_raises_is_requeued_at_most_requeue_on_error_times():
     assert "requeued after the run failed (2 of requeue_on_error=2)" in output
     assert "not requeued: it failed 3 times (requeue_on_error=2)" in output
     assert (job.workdir / "ckpt" / "run-0" / "error-requeues").read_text().strip() == "2"
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("name", sorted(SUSPENDED))
+def test_a_suspended_job_goes_on(references, name):
+    """``scontrol suspend`` (SIGSTOP to both tasks) after step 5, ``resume``
+    60 s or 130 s later: the walltime guard leaves the stopped time out
+    (no early stop, no requeue), JAX's heartbeat (the guide's setting)
+    outlasts it, and the run ends as without SLURM."""
+    job = JOBS.wait(name)
+    if job.states[-1] != "COMPLETED":
+        pytest.fail(job.diagnosis(), pytrace=False)
+    record = (job.workdir / "suspended").read_text()
+    assert "resumed" in record and "SUSPENDED" in job.states, (record, job.states)
+    assert int(job.info()["Restarts"]) == 0, job.diagnosis()
+    output = job.output
+    assert len(attempts(output)) == 1 and not STOPPED.search(output), output[-3000:]
+    assert "stopping now" not in output and "requeued" not in output, output[-3000:]
+    assert "the process was stopped (SIGCONT after" in output, output[-3000:]
+    assert "finished" in output
+    assert_same_run(job.workdir, references(2))
+    print(f"\n{name}: {record.strip()}; {[line for line in output.splitlines() if 'SIGCONT' in line]}")
 
 
 # ------------------------------------------------ the guide's files, as shown

@@ -11,7 +11,10 @@ import jax
 
 if int(os.environ.get("SLURM_NTASKS", "1")) > 1:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU nodes
-    jax.distributed.initialize()  # ranks and coordinator from SLURM's environment
+    # ranks and coordinator from SLURM's environment; a heartbeat timeout
+    # above the longest suspension (PreemptMode=SUSPEND, gang scheduling):
+    # JAX aborts a job suspended for longer (default 100 s)
+    jax.distributed.initialize(heartbeat_timeout_seconds=24 * 3600)
 
 import netket as nk
 import optax

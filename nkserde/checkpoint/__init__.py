@@ -18,6 +18,7 @@
     signals.py        a context that catches SIGTERM/SIGUSR1 and defers Ctrl-C
     job_control.py    the job around a run: walltime stop, why a signal came, requeue
     walltime.py       when to stop before the job's end: a pure policy on measured times
+    stopped_time.py   how long the process was stopped (SIGSTOP ... SIGCONT), which the guard leaves out
     slurm.py          what SLURM's commands say of the job (time left, requeue)
     snapshot.py       the host copy a background write reads
     save_policy.py    when to checkpoint (every=): EverySteps, EveryDuration, WithinBudget, SaveAny; pure

@@ -29,6 +29,7 @@ from .process_runs import PROCESS_RUNS
 from .run_state import Run
 from .signals import SignalCatcher
 from .slurm import current_job
+from .stopped_time import StoppedTime
 
 
 class Interruptions:
@@ -69,6 +70,10 @@ class Interruptions:
             label=str(self.directory),
             now=time.monotonic(),
         )
+        if multi_process() and self.job.job is not None:
+            job_control.warn_if_suspending(self.job.job, str(self.directory))
+        if self.job.guard is not None:  # beside the handlers: the stops the guard leaves out
+            self.job.stopped_time = StoppedTime().start()
         if multi_process() and (self.options.signals or self.options.walltime is not None):
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
 
@@ -105,6 +110,9 @@ class Interruptions:
             self._flag.close()
         job, self.job, self._run, self._flag = self.job, None, None, None
         self.catcher.restore()
+        if job is not None and job.stopped_time is not None:
+            job.stopped_time.close()
+            job.stopped_time = None
         if current_job() is not None:  # every process of the job
             job_control.absorb_late_signals(self.options.signals)
         return job

@@ -11,6 +11,7 @@ through the run's stop flag and never ask SLURM.
     control.step_started(now)         # every step start
     control.due(now)                  # stop now with a checkpoint?
     control.saved(seconds)            # every checkpoint written
+    control.stopped_time = StoppedTime().start()  # stops (SIGSTOP/SIGCONT) taken out of the guard's measures
     control.after_stop(reason)        # process 0, once the run is checkpointed
 """
 
@@ -25,6 +26,7 @@ from .durations import format_duration
 from .option_checks import bad_option, is_number, one_of, whole
 from .process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
+from .stopped_time import StoppedTime
 from .walltime import WalltimeGuard
 
 # The stop reason of the walltime guard in the stop flag, beside signal numbers.
@@ -78,6 +80,10 @@ class JobControl:
         self.guard = guard
         self.label = label
         self._rechecked = False
+        # the process's stops, when someone watches them (the run's start,
+        # where the guard exists): the guard's clock runs on while stopped
+        self.stopped_time: StoppedTime | None = None
+        self._discard = 0  # step intervals whose measure a stop spoiled
 
     @classmethod
     def start(cls, job: Job | None, *, requeue: str, walltime, lag_steps: int, label: str, now: float) -> JobControl:
@@ -103,14 +109,50 @@ class JobControl:
     # ------------------------------------------------------------ the guard
 
     def step_started(self, now: float) -> None:
+        self._catch_up(now)
         if self.guard is not None:
-            self.guard.step_started(now)
+            self.guard.step_started(now, discard=self._discard > 0)
+            self._discard = max(0, self._discard - 1)
 
     def saved(self, seconds: float) -> None:
-        if self.guard is not None:
+        stopped = self._discard > 0 or (self.stopped_time is not None and self.stopped_time.pending)
+        if self.guard is not None and not stopped:  # a save the process was stopped in is no measure
             self.guard.saved(seconds)
 
+    def _catch_up(self, now: float) -> None:
+        """The stops since the last look (SIGCONT): the guard forgets the
+        steps they fell in and the job's end moves by the stopped time
+        (SLURM extends a suspended job): read again from SLURM, or shifted
+        by the time measured."""
+        if self.stopped_time is None or self.guard is None:
+            return
+        continued, seconds = self.stopped_time.take()
+        if not continued:
+            return
+        # the interval going on, and the next one: the SIGCONT may be handled
+        # just after a step's start was timed, before it was counted
+        self._discard = 2
+        left = None
+        if self.job is not None:
+            try:
+                left = self.job.time_left()
+            except SlurmError:
+                pass
+            else:
+                if left is None:  # the limit was lifted
+                    self.guard = None
+                    return
+        if left is not None:
+            self.guard.extend(now + left)
+        else:
+            self.guard.shift(seconds)
+        say(
+            f"{self.label}: the process was stopped (SIGCONT after {format_duration(seconds)}); the walltime "
+            f"guard leaves that step out, {format_duration(self.guard.time_left(now))} left before the job's end"
+        )
+
     def due(self, now: float) -> bool:
+        self._catch_up(now)
         guard = self.guard
         if guard is None or not guard.due(now):
             return False
@@ -223,6 +265,37 @@ class JobControl:
             return False
         say(f"{self.label}: SLURM job {self.job.job_id} {message}")
         return True
+
+
+# the partitions already warned about by this process (once, not every run)
+_SUSPEND_WARNED: set[str] = set()
+
+
+def warn_if_suspending(job: Job, label: str) -> None:
+    """Process 0 of a multi-process run in SLURM job ``job``: warns, once
+    per process and partition, when the partition may suspend the job
+    (PreemptMode SUSPEND or GANG: SIGSTOP to every task, SIGCONT later).
+    JAX's distributed service takes a process whose heartbeats stopped for
+    ``heartbeat_timeout_seconds`` (100 by default) for dead and aborts every
+    process, in C++, with no checkpoint and no requeue; only the script's
+    own ``jax.distributed.initialize`` sets it, and JAX does not say what it
+    was set to: the warning cannot tell a script that did."""
+    if job.partition in _SUSPEND_WARNED:
+        return
+    try:
+        mode = job.preempt_mode()
+    except SlurmError:
+        return
+    _SUSPEND_WARNED.add(job.partition)
+    if not mode or not {"SUSPEND", "GANG"} & set(mode.upper().split(",")):
+        return
+    say(
+        f"{label}: SLURM partition {job.partition} may suspend this job (PreemptMode={mode}); JAX aborts every "
+        "process of a job suspended for longer than its heartbeat timeout (100 s by default): unless your "
+        "jax.distributed.initialize sets heartbeat_timeout_seconds above the longest suspension, do so "
+        "(docs/guides/slurm.md)",
+        logging.WARNING,
+    )
 
 
 def absorb_late_signals(signals) -> None:

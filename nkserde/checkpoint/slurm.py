@@ -6,6 +6,7 @@ Knows SLURM only (no NetKet, no files).
     job.time_left()                     # seconds, or None (no limit)
     job.show().requeueable              # scontrol show job: Requeue=1, a batch job
     job.requeue()                       # scontrol requeue: SLURM ends the job now
+    job.preempt_mode()                  # the partition's PreemptMode: "OFF", "SUSPEND,GANG", ...
 
 Every command is bounded by a timeout and fails with :class:`SlurmError`
 (a controller that does not answer, a command that is missing): the
@@ -33,9 +34,10 @@ class SlurmError(NkserdeError):
 
 
 def current_job() -> Job | None:
-    """The job this process runs in (``SLURM_JOB_ID``), or None outside SLURM."""
+    """The job this process runs in (``SLURM_JOB_ID``, in the partition
+    ``SLURM_JOB_PARTITION``), or None outside SLURM."""
     job_id = os.environ.get("SLURM_JOB_ID", "").strip()
-    return Job(job_id) if job_id else None
+    return Job(job_id, os.environ.get("SLURM_JOB_PARTITION", "").strip()) if job_id else None
 
 
 def parse_duration(text: str) -> float | None:
@@ -107,9 +109,10 @@ class JobState:
 
 @dataclass(frozen=True)
 class Job:
-    """A SLURM job, by id."""
+    """A SLURM job, by id, and its partition ("" if unknown)."""
 
     job_id: str
+    partition: str = ""
 
     def show(self) -> JobState:
         return JobState.parse(self._run("scontrol", "show", "job", "--oneliner", self.job_id))
@@ -118,6 +121,17 @@ class Job:
         """Seconds until SLURM ends the job (``squeue -O TimeLeft``, what
         NetKet's AutoSlurmRequeue reads too), None if it has no limit."""
         return parse_duration(self._run("squeue", "--noheader", "--jobs", self.job_id, "--Format", "TimeLeft"))
+
+    def preempt_mode(self) -> str | None:
+        """The ``PreemptMode`` of the job's partition (``scontrol show
+        partition``: ``OFF``, ``REQUEUE``, ``SUSPEND,GANG``, ...; the
+        cluster's when the partition sets none), None if the partition is
+        unknown."""
+        if not self.partition:
+            return None
+        text = self._run("scontrol", "show", "partition", "--oneliner", self.partition)
+        match = re.search(r"(?:^|\s)PreemptMode=(\S*)", text)
+        return match.group(1) if match else None
 
     def requeue(self) -> None:
         """``scontrol requeue``: SLURM ends every step of the job at once

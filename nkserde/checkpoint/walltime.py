@@ -3,6 +3,8 @@ times (no SLURM, no NetKet, no clock of its own).
 
     guard = WalltimeGuard(deadline=now + time_left, lag_steps=0)
     guard.step_started(now)          # at the start of every step
+    guard.step_started(now, discard=True)  # ... after an interval the process was stopped in
+    guard.shift(seconds)             # the process was stopped: the job ends that much later
     guard.saved(seconds)             # after every checkpoint written
     guard.due(now)                   # True: stop now, with a checkpoint
 
@@ -44,8 +46,10 @@ class WalltimeGuard:
         self._last_start: float | None = None
         self._longest_save: float | None = None
 
-    def step_started(self, now: float) -> None:
-        if self._last_start is not None:
+    def step_started(self, now: float, *, discard: bool = False) -> None:
+        """A step starts at ``now``. ``discard``: the interval that ends
+        here is no step's measure (the process was stopped in it)."""
+        if self._last_start is not None and not discard:
             seconds = max(0.0, now - self._last_start)
             if self._first_step is None:
                 self._first_step = seconds
@@ -79,6 +83,11 @@ class WalltimeGuard:
         run that completed no step has nothing new to checkpoint."""
         reserve = self.reserve()
         return reserve is not None and self.time_left(now) < reserve
+
+    def shift(self, seconds: float) -> None:
+        """The process was stopped for ``seconds``, which the scheduler
+        does not count (SLURM's suspend): the job's end moves by as much."""
+        self.deadline += float(seconds)
 
     def extend(self, deadline: float) -> None:
         """The job's end moved (an administrator's ``scontrol update``)."""

@@ -6,7 +6,8 @@ run by the job scripts of examples/slurm/ (``srun python run.py``) or by
     python cluster_run.py            # in the job's directory: ckpt/, out/, result.npz there
 
 Several processes: ``jax.distributed.initialize()`` with no arguments
-under ``srun`` (SLURM's environment) and ``mpirun`` (Open MPI's); the
+but the guide's heartbeat timeout under ``srun`` (SLURM's environment)
+and ``mpirun`` (Open MPI's); the
 reference of a two-process run is started by hand with
 ``CLUSTER_COORDINATOR=127.0.0.1:PORT CLUSTER_PROCESSES=2 CLUSTER_RANK=r``.
 
@@ -44,7 +45,9 @@ if os.environ.get("CLUSTER_COORDINATOR"):
         process_id=int(os.environ["CLUSTER_RANK"]),
     )
 elif int(os.environ.get("SLURM_NTASKS", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
-    jax.distributed.initialize()  # ranks and coordinator from srun's or mpirun's environment
+    # ranks and coordinator from srun's or mpirun's environment; the
+    # heartbeat of docs/guides/slurm.md's run.py (a suspended job goes on)
+    jax.distributed.initialize(heartbeat_timeout_seconds=24 * 3600)
 
 import netket as nk  # noqa: E402
 import numpy as np  # noqa: E402

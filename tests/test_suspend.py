@@ -1,0 +1,167 @@
+"""A stopped process (SIGSTOP/SIGCONT: SLURM's suspend, gang scheduling,
+Ctrl-Z) and the walltime guard: the stopped time is no step's measure, and
+the job's end moves by it. The real SLURM's suspend is in tests/test_slurm.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from test_scheduler import RUNNING, RecordingJob
+
+from nkserde.checkpoint import job_control, slurm
+from nkserde.checkpoint.job_control import JobControl
+from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
+
+
+def test_an_interval_the_process_was_stopped_in_is_no_step():
+    guard = WalltimeGuard(deadline=100.0, margin=0.0)
+    for t in (0.0, 10.0, 12.0):  # compiles, then 2 s steps
+        guard.step_started(t)
+    guard.step_started(72.0, discard=True)  # stopped for 58 s in that step
+    guard.step_started(74.0)
+    guard.shift(58.0)
+    assert guard.step == 2.0 and guard.deadline == 158.0
+    assert not guard.due(74.0)  # 84 s left; the old measure (60 s steps) stopped here
+
+
+class Stops:
+    """In place of StoppedTime: SIGCONTs and stopped seconds, given."""
+
+    def __init__(self):
+        self.next = (0, 0.0)
+
+    @property
+    def pending(self):
+        return self.next[0] > 0
+
+    def take(self):
+        taken, self.next = self.next, (0, 0.0)
+        return taken
+
+
+def test_after_a_stop_the_guard_leaves_out_the_step_and_moves_the_end():
+    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(100.0, margin=0.0), label="ckpt")
+    ctl.stopped_time = stops = Stops()
+    for t in (0.0, 10.0, 12.0):
+        ctl.step_started(t)
+    stops.next = (1, 58.0)
+    ctl.saved(50.0)  # a save the process was stopped in: no measure either
+    ctl.step_started(72.0)
+    ctl.step_started(74.0)  # the interval after the SIGCONT is left out too (see _catch_up)
+    ctl.step_started(76.0)
+    ctl.saved(1.0)
+    assert ctl.guard.step == 2.0 and ctl.guard.deadline == 158.0
+    assert ctl.guard.reserve() == SLOWDOWN * (2.0 + 1.0)
+    assert not ctl.due(76.0)
+
+
+def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
+    job = RecordingJob(RUNNING, time_left=100.0)
+    ctl = JobControl.start(job, requeue="never", walltime="auto", lag_steps=0, label="ckpt", now=0.0)
+    ctl.stopped_time = stops = Stops()
+    ctl.step_started(0.0)
+    ctl.step_started(10.0)
+    job.left = 90.0  # SLURM does not count the stopped time against --time
+    stops.next = (1, 0.0)  # too short to be measured: SLURM says
+    ctl.step_started(70.0)
+    assert ctl.guard.deadline == 160.0 and ctl.guard.step == 10.0
+
+
+CHILD = """
+import json, sys, time
+from nkserde.checkpoint import job_control, slurm
+from nkserde.checkpoint.job_control import JobControl
+from nkserde.checkpoint.stopped_time import StoppedTime
+from nkserde.checkpoint.walltime import WalltimeGuard
+
+now = time.monotonic
+start = now()
+ctl = JobControl(None, requeue="never", guard=WalltimeGuard(start + 10.0, margin=1.0), label="child")
+ctl.stopped_time = StoppedTime(tick=0.2).start()
+steps = 0
+while steps < 30:
+    ctl.step_started(now())
+    if ctl.due(now()):
+        break
+    steps += 1
+    print(steps, flush=True)
+    time.sleep(0.1)
+ctl.stopped_time.close()
+print(json.dumps({"steps": steps, "step": ctl.guard.step, "shift": ctl.guard.deadline - start - 10.0}), flush=True)
+"""
+
+
+def test_a_process_stopped_and_continued_does_not_stop_early():
+    """A 6 s SIGSTOP in a run of 0.1 s steps with 10 s of walltime: the old
+    guard measured a 6 s step, kept 16 s for the last step and checkpoint,
+    and stopped at once after the SIGCONT."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+    )
+    try:
+        while child.stdout.readline().strip() != "5":
+            assert child.poll() is None, "the child ended before its fifth step"
+        os.kill(child.pid, signal.SIGSTOP)
+        time.sleep(6.0)
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["steps"] == 30  # no early stop
+    assert result["step"] < 1.0  # the stopped interval is no step
+    assert result["shift"] >= 4.0  # the deadline moved by the stopped time (6 s, measured to a tick)
+
+
+# ------------------------------------------------------- JAX's heartbeat
+
+PARTITION = (
+    "PartitionName=debug AllowGroups=ALL Default=YES GraceTime=0 Nodes=vm OverSubscribe=FORCE:4 "
+    "OverTimeLimit=NONE PreemptMode={} State=UP TotalCPUs=2 TotalNodes=1"
+)  # scontrol show partition --oneliner of SLURM 22.05, shortened
+
+
+class PartitionJob(slurm.Job):
+    def __init__(self, partition, mode):
+        super().__init__("4711", partition)
+        object.__setattr__(self, "mode", mode)
+        object.__setattr__(self, "asked", [])
+
+    def _run(self, *command):
+        self.asked.append(command)
+        if self.mode is None:
+            raise slurm.SlurmError("`scontrol` did not answer")
+        return PARTITION.format(self.mode)
+
+
+def test_the_partitions_preempt_mode_as_scontrol_prints_it():
+    job = PartitionJob("debug", "SUSPEND,GANG")
+    assert job.preempt_mode() == "SUSPEND,GANG"
+    assert job.asked == [("scontrol", "show", "partition", "--oneliner", "debug")]
+    assert slurm.Job("4711").preempt_mode() is None  # no partition known: nothing asked
+
+
+def test_current_job_knows_its_partition(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4711")
+    monkeypatch.setenv("SLURM_JOB_PARTITION", "debug")
+    assert slurm.current_job() == slurm.Job("4711", "debug")
+
+
+def test_a_partition_that_may_suspend_is_warned_about_once(monkeypatch, caplog):
+    monkeypatch.setattr(job_control, "_SUSPEND_WARNED", set())
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        for mode, partition in (("OFF", "a"), ("REQUEUE", "b"), (None, "c"), ("SUSPEND,GANG", "d"), ("GANG", "e")):
+            job_control.warn_if_suspending(PartitionJob(partition, mode), "ckpt")
+        job_control.warn_if_suspending(PartitionJob("d", "SUSPEND,GANG"), "ckpt")  # the same partition again
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2
+    assert "partition d may suspend" in warned[0] and "heartbeat_timeout_seconds" in warned[0]
+    assert "partition e may suspend" in warned[1]
