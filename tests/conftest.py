@@ -58,7 +58,21 @@ def _roots() -> list[Path]:
 # The longest files (minutes of launched processes each), handed out first:
 # xdist's loadfile gives a free worker the next file in collection order, so
 # the longest first leaves the shortest tail of one worker busy, the other idle.
-LONGEST_FIRST = ("test_example_scripts.py", "test_distributed.py", "test_checkpoint_kill.py", "test_mpi.py")
+# Then the files of a minute or more each (CI's --durations), before the
+# many small ones; not test_power_loss.py, which waits for LazyFS's build.
+LONGEST_FIRST = (
+    "test_example_scripts.py",
+    "test_distributed.py",
+    "test_checkpoint_kill.py",
+    "test_mpi.py",
+    "test_compile_cache.py",
+    "test_samplers.py",
+    "test_fixtures.py",
+    "test_cli.py",
+    "test_docs.py",
+    "test_interruptions.py",
+    "test_notebook.py",
+)
 
 
 def pytest_report_header(config):

@@ -222,7 +222,7 @@ def test_an_empty_jax_cache_entry_left_by_a_cut_is_removed_when_a_run_starts(tmp
     """JAX writes its cache entries in place, unsynced: a cut leaves them
     empty, and JAX never replaces an entry that exists (it warns and
     compiles, in every run). nkserde's cache drops them when it is set."""
-    from nkserde import jax_cache
+    from nkserde.caches import jax_executables as jax_cache
 
     (tmp_path / "aa-cache").write_bytes(b"")
     (tmp_path / "bb-cache").write_bytes(b"an executable")

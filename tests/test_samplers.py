@@ -58,7 +58,7 @@ import pytest
 
 import nkserde
 import builders
-from nkserde import jax_cache
+from nkserde.caches import jax_executables as jax_cache
 from nkserde.errors import TemplateMismatchError
 from builders import N, assert_differs, assert_identical, assert_unchanged, leaves, system
 
