@@ -99,7 +99,9 @@ def use(directory=None, *, max_bytes: int | None) -> Path | None:
         # script that built its driver before has compiled already
         jax_internals.reset_compilation_cache()
         _ours = path
-        if path.is_dir():  # before anything compiles into it (at NetKet's import: nkserde.caches.automatic)
+        if path.is_dir() and (max_bytes is None or path in _pruned):
+            # before anything compiles into it (at NetKet's import:
+            # nkserde.caches.automatic); prune() below does it otherwise
             remove_empty_entries(path)
     if max_bytes is not None and path not in _pruned and path.is_dir():
         _pruned.add(path)
@@ -113,15 +115,19 @@ def prune(directory: Path, max_bytes: int) -> int:
     An empty entry is what a power cut leaves of one JAX wrote and never
     fsynced: JAX reads it as an error (a warning, then it compiles) and
     never replaces an entry that exists."""
-    empty = remove_empty_entries(directory)
-    entries = [entry for entry in Path(directory).iterdir() if entry.name.endswith(_CACHE_SUFFIX)]
+    empty, entries = _without_empty_entries(directory)
     return empty + lru.delete_least_recently_used(entries, max_bytes)
 
 
 def remove_empty_entries(directory: Path) -> int:
     """Deletes the empty entries (see :func:`prune`); returns how many. Run
     when JAX is pointed at ``directory``, before its first read there."""
-    empty = 0
+    return _without_empty_entries(directory)[0]
+
+
+def _without_empty_entries(directory: Path) -> tuple[int, list[Path]]:
+    """(how many empty entries were deleted, the entries left): one pass."""
+    empty, entries = 0, []
     for entry in Path(directory).iterdir():
         if not entry.name.endswith(_CACHE_SUFFIX):
             continue
@@ -129,9 +135,11 @@ def remove_empty_entries(directory: Path) -> int:
             if entry.stat().st_size == 0:
                 entry.unlink()
                 empty += 1
+                continue
         except OSError:  # gone meanwhile (another process pruning)
             continue
-    return empty
+        entries.append(entry)
+    return empty, entries
 
 
 def summary(directory: Path) -> tuple[int, int]:
