@@ -263,8 +263,11 @@ def test_a_suspended_job_goes_on(references, name):
     if job.states[-1] != "COMPLETED":
         pytest.fail(job.diagnosis(), pytrace=False)
     record = (job.workdir / "suspended").read_text()
-    assert "resumed" in record and "SUSPENDED" in job.states, (record, job.states)
-    assert int(job.info()["Restarts"]) == 0, job.diagnosis()
+    # SLURM's own record says it was suspended (the states this worker saw
+    # need not: the worker that suspends it may be the other one)
+    info = job.info()
+    assert "resumed" in record and info.get("SuspendTime", "None") != "None", (record, info)
+    assert int(info["Restarts"]) == 0, job.diagnosis()
     output = job.output
     assert len(attempts(output)) == 1 and not STOPPED.search(output), output[-3000:]
     assert "stopping now" not in output and "requeued" not in output, output[-3000:]
