@@ -97,20 +97,16 @@ def test_a_resumed_run_takes_its_compiled_code_from_the_users_cache(tmp_path):
 
 
 def test_the_switch_turns_the_cache_off_and_compile_cache_none_adds_none_of_its_own(tmp_path):
-    for ckpt, mode in ((tmp_path / "ckpt", "auto"), (tmp_path / "ckpt2", "off")):
-        cache, hits = run(tmp_path, ckpt, mode, 2, NKSERDE_COMPILATION_CACHE="off")
-        assert cache == "None" and hits == 0
+    # the switch, with a Checkpoint's default compile_cache="auto": no cache
+    # of JAX's, numba's kernels or the probes' results anywhere (a cache the
+    # user configured is left alone: tests/test_automatic_caches.py)
+    cache, hits = run(tmp_path, tmp_path / "ckpt", "auto", 2, NKSERDE_COMPILATION_CACHE="off")
+    assert cache == "None" and hits == 0
     assert not (tmp_path / "xdg").exists()
-    # compile_cache=None: the cache nkserde set when JAX was imported stays
+    # compile_cache=None: the cache nkserde set when NetKet was imported stays
     # (NKSERDE_COMPILATION_CACHE=off, above, is the switch)
-    cache, _ = run(tmp_path, tmp_path / "ckpt3", "off", 2)
+    cache, _ = run(tmp_path, tmp_path / "ckpt2", "off", 2)
     assert Path(cache).parent == tmp_path / "xdg" / "nkserde" / "jax"
-
-
-def test_a_cache_the_user_configured_is_left_as_it_is(tmp_path):
-    mine = tmp_path / "mine"
-    cache, _ = run(tmp_path, tmp_path / "ckpt", "auto", 2, JAX_COMPILATION_CACHE_DIR=str(mine))
-    assert cache == str(mine)
 
 
 def test_a_checkpoint_keeps_the_cache_directory_the_script_chose(tmp_path):
