@@ -275,7 +275,8 @@ def test_sigkill_at_a_random_step(driver, runner, reference, tmp_path):
     """SIGKILL just after step k (k drawn with a fixed seed): no code of the
     run gets to react. A checkpoint being written in the background may be
     cut off (its temporary file stays behind); with k small there may be no
-    checkpoint yet, and the rerun starts over."""
+    checkpoint yet, and the rerun starts over. Then the job requeued after
+    it finished: its rerun changes nothing."""
     ref = reference(driver)
     k = random.Random(f"SIGKILL {driver}").randint(2, STEPS - 2)  # 3, 3, 2
     first = runner.start(driver, tmp_path, *OPTIONS[driver], env={"CKPT_STEP_HOLD": f"{k}:{tmp_path / 'release'}"})
@@ -291,6 +292,26 @@ def test_sigkill_at_a_random_step(driver, runner, reference, tmp_path):
     check_resumed_run(second, saved)
     assert_same_end(tmp_path, ref)
     assert not locks(tmp_path)
+    assert_rerun_after_the_end_changes_nothing(runner, driver, tmp_path, ref)
+
+
+def assert_rerun_after_the_end_changes_nothing(runner, driver, workdir, ref):
+    """A job requeued after it has finished (or killed after its final
+    checkpoint): the rerun loads the final checkpoint, does no step, logs
+    nothing new and writes no checkpoint (docs/guides/resume.md: "A run
+    that already reached its end returns at once")."""
+    files = sorted(p.name for p in (workdir / "ckpt").rglob("step-*.nks"))
+    again = runner.run_to_end(driver, workdir, *OPTIONS[driver])
+    problems = []
+    if resumed_from(again) != STEPS:
+        problems.append(f"resumed from step {resumed_from(again)}, not {STEPS}")
+    if step_lines(again):
+        problems.append(f"ran steps {step_lines(again)}")
+    now = sorted(p.name for p in (workdir / "ckpt").rglob("step-*.nks"))
+    if now != files:
+        problems.append(f"checkpoints {files} became {now}")
+    problems += end_differences(workdir, ref)
+    assert not problems, "\n".join(problems)
 
 
 # State a freshly built template holds provisionally (issue 30, docs/schema.md
@@ -443,31 +464,6 @@ def test_sigint_while_a_step_ends(runner, reference, tmp_path):
     second = runner.run_to_end("vmc", tmp_path, *options)
     check_resumed_run(second, saved)
     assert_same_end(tmp_path, ref)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("driver", DRIVERS)
-def test_rerun_after_the_end_changes_nothing(driver, runner, reference, tmp_path):
-    """A job requeued after it has finished (or killed after its final
-    checkpoint): the rerun loads the final checkpoint, does no step, logs
-    nothing new and writes no checkpoint (docs/guides/resume.md: "A run that already
-    reached its end returns at once")."""
-    ref = reference(driver)
-    runner.run_to_end(driver, tmp_path, *OPTIONS[driver])
-    assert_same_end(tmp_path, ref)
-    files = sorted(p.name for p in (tmp_path / "ckpt").rglob("step-*.nks"))
-
-    again = runner.run_to_end(driver, tmp_path, *OPTIONS[driver])
-    problems = []
-    if resumed_from(again) != STEPS:
-        problems.append(f"resumed from step {resumed_from(again)}, not {STEPS}")
-    if step_lines(again):
-        problems.append(f"ran steps {step_lines(again)}")
-    now = sorted(p.name for p in (tmp_path / "ckpt").rglob("step-*.nks"))
-    if now != files:
-        problems.append(f"checkpoints {files} became {now}")
-    problems += end_differences(tmp_path, ref)
-    assert not problems, "\n".join(problems)
 
 
 def test_background_checkpoint_is_on_disk_before_the_next_step_ends_on_a_busy_node(runner, tmp_path):
