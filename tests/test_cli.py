@@ -6,10 +6,15 @@ a TDVP run, a file written by two JAX processes, a copy of the VMC
 directory whose newest checkpoint is damaged, a damaged file, a file that
 is not an nkserde file and a missing path. Each case checks the exit code
 and the ``--json`` output (docs/cli.md), not only that something printed.
+The cases of ``diff`` and ``migrate --template`` whose subject is the
+comparison or the migration itself run the command in this process
+(``here``): both import NetKet, seconds of CPU per process; their entry
+points and first messages run in subprocesses like the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -44,10 +49,27 @@ def run(*args, module=False):
 
 def run_json(*args, module=False):
     code, out, err = run(*args, "--json", module=module)
+    return code, _json(out, err)
+
+
+def here(*args):
+    """Runs the CLI in this process; returns (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def here_json(*args):
+    code, out, err = here(*args, "--json")
+    return code, _json(out, err)
+
+
+def _json(out: str, err: str) -> dict:
     assert err == "" or "Traceback" not in err, err
     data = json.loads(out)
     assert data["nkserde_json"] == 1
-    return code, data
+    return data
 
 
 def damage(path: Path, offset: int = 70):
@@ -198,7 +220,7 @@ def test_verify_plain_text_all_good(inputs):
 
 
 def test_diff_two_steps_of_a_run(inputs):
-    code, data = run_json("diff", inputs / "vmc" / "step-0000000004.nks", inputs / "vmc" / "step-0000000006.nks")
+    code, data = here_json("diff", inputs / "vmc" / "step-0000000004.nks", inputs / "vmc" / "step-0000000006.nks")
     assert code == 1 and data["same"] is False
     values = {c["path"]: c for c in data["changed_values"]}
     kernel = values["driver/state/parameters/Dense/kernel"]
@@ -212,13 +234,13 @@ def test_diff_two_steps_of_a_run(inputs):
 
 
 def test_diff_checkpoint_against_its_driver_file(inputs):
-    code, out, err = run("diff", inputs / "vmc" / "step-0000000006.nks", inputs / "driver.nks")
+    code, out, err = here("diff", inputs / "vmc" / "step-0000000006.nks", inputs / "driver.nks")
     assert (code, err) == (0, "")
     assert out.splitlines()[-1] == "same"
 
 
 def test_diff_tolerances_and_layout(inputs):
-    code, data = run_json("diff", inputs / "x.nks", inputs / "x-close.nks", "--atol", "1e-6")
+    code, data = here_json("diff", inputs / "x.nks", inputs / "x-close.nks", "--atol", "1e-6")
     assert code == 0 and data["same"] and data["atol"] == 1e-6
     code, data = run_json("diff", inputs / "x.nks", inputs / "x-other.nks", module=True)
     assert code == 1
@@ -233,7 +255,7 @@ def test_diff_tolerances_and_layout(inputs):
 
 def test_diff_across_schema_versions():
     # nkserde 0.1's names and schema 1 against today's: the same state
-    code, data = run_json(
+    code, data = here_json(
         "diff", FIXTURES / "nkserde-ea7de03" / "vmc_adam.nks", FIXTURES / "netket-3.23.0" / "vmc_adam.nks"
     )
     assert code == 0 and data["same"], data
@@ -495,13 +517,13 @@ def test_migrate_of_a_file_that_needs_a_template_says_how_and_takes_one(tmp_path
     assert f"nkserde migrate {old} --template your_script.py:build_driver" in err
     script = tmp_path / "my_run.py"
     script.write_text(BUILD_SCRIPT.format(fixtures=str(FIXTURES)))
-    code, out, err = run("migrate", "--dry-run", old, "--template", f"{script}:build_driver")
+    code, out, err = here("migrate", "--dry-run", old, "--template", f"{script}:build_driver")
     assert code == 0 and "would rewrite at format 2 (from 1)" in out and "main part ran" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["my_run.py", "old.nks"]
-    code, data = run_json("migrate", old, "--template", f"{script}:build_driver")
+    code, data = here_json("migrate", old, "--template", f"{script}:build_driver")
     assert code == 0 and Path(data["output"]).name == "old.migrated.nks"
     assert nkserde.info(data["output"])["types"]["netket.sampler.MetropolisSamplerState"] == 2
-    code, _, err = run("migrate", "--dry-run", old, tmp_path / "new.nks", "--template", f"{script}:no_such_function")
+    code, _, err = here("migrate", "--dry-run", old, tmp_path / "new.nks", "--template", f"{script}:no_such_function")
     assert code == 1 and "defines no function no_such_function" in err
 
 
@@ -571,7 +593,7 @@ def test_diff_of_two_identical_runs_leaves_the_wall_clock_out(tmp_path):
             callback=nkserde.Checkpoint(tmp_path / name, every=2, async_save=False),
         )
     a, b = tmp_path / "a" / "step-0000000002.nks", tmp_path / "b" / "step-0000000002.nks"
-    code, data = run_json("diff", a, b, "--atol", "1e-12")
+    code, data = here_json("diff", a, b, "--atol", "1e-12")
     assert code == 0 and data["same"]
     # the histories are compared whole, read from the history log as a resume reads them
     from nkserde.checkpoint import logger_histories as histories
@@ -582,12 +604,12 @@ def test_diff_of_two_identical_runs_leaves_the_wall_clock_out(tmp_path):
     assert f"loggers/RuntimeLog#0/history/{i}/columns/value" in data["excluded"]
     assert f"loggers/RuntimeLog#0/history/{(i + 1) % len(history)}/columns/value" not in data["excluded"]
     assert "history/id" in data["excluded"]  # a random id per log: differs in two identical runs
-    code, out, _ = run("diff", a, b)
+    code, out, _ = here("diff", a, b)
     assert code == 0 and out.splitlines()[-1] == "same"
     assert f"left out: {len(data['excluded'])} entries under loggers/RuntimeLog#0/history/{i}, history" in out
-    code, data = run_json("diff", a, b, "--wall-clock")
+    code, data = here_json("diff", a, b, "--wall-clock")
     assert code == 1 and [c["path"] for c in data["changed_values"]] == [
         f"loggers/RuntimeLog#0/history/{i}/columns/value"
     ]
-    code, data = run_json("diff", a, b, "--wall-clock", "--exclude", "loggers/*")
+    code, data = here_json("diff", a, b, "--wall-clock", "--exclude", "loggers/*")
     assert code == 0 and data["same"] and all(p.startswith(("loggers/", "history/")) for p in data["excluded"])
