@@ -314,7 +314,7 @@ def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path)
 
 # 2 and 8: the counts are the same at both ends (4 added 44 s of CI and no case);
 # tests/test_coordination.py counts the same protocol to 1024
-@pytest.mark.parametrize("n", [2, 8])
+@pytest.mark.parametrize("n", [8])
 def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cache, tmp_path, n):
     """Counted by every process (nkserde.processes.jax_service.counts): a step
     without a checkpoint is one request per process (the stop flag's
@@ -322,7 +322,13 @@ def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cach
     rounds through process 0 (3 requests each on every other process; on
     process 0 also the read of the messages, the answer and the deletion
     of a round's keys), the run's start one round; whatever the number of
-    processes. The coordinator serves the sum: O(P)."""
+    processes. The coordinator serves the sum: O(P).
+
+    The counts asserted have no P in them: 8 real processes (the most this
+    suite launches) show them, every other multi-process test here runs
+    2, and tests/test_coordination.py counts the same rounds at P = 64, 256
+    and 1024 against the simulated store. (A launch of P = 2 here asserted
+    the same constants; it went when CI's CPU time had to come down.)"""
     steps, saves = 6, 2  # checkpoints of steps 3 and 6 (every=3)
     launch(n, ["count", tmp_path, steps, 3], jax_cache=cache, timeout=400)
     per_rank = [np.load(tmp_path / f"rank-{r}.npz") for r in range(n)]
