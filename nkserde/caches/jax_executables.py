@@ -91,6 +91,7 @@ def use(directory=None, *, max_bytes: int | None) -> Path | None:
     if not jax.config.jax_enable_compilation_cache:
         return None  # the user's choice too
     path = Path(directory) if directory is not None else default_directory()
+    prune_now = max_bytes is not None and path not in _pruned
     if _ours != path:
         jax.config.update("jax_compilation_cache_dir", str(path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -99,11 +100,11 @@ def use(directory=None, *, max_bytes: int | None) -> Path | None:
         # script that built its driver before has compiled already
         jax_internals.reset_compilation_cache()
         _ours = path
-        if path.is_dir() and (max_bytes is None or path in _pruned):
+        if path.is_dir() and not prune_now:
             # before anything compiles into it (at NetKet's import:
             # nkserde.caches.automatic); prune() below does it otherwise
             remove_empty_entries(path)
-    if max_bytes is not None and path not in _pruned and path.is_dir():
+    if prune_now and path.is_dir():
         _pruned.add(path)
         prune(path, max_bytes)
     return path
