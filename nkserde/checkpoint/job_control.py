@@ -126,8 +126,10 @@ class JobControl:
         by the time measured."""
         if self.stopped_time is None or self.guard is None:
             return
-        continued, seconds = self.stopped_time.take()
+        continued, seconds, awaiting = self.stopped_time.take()
         if not continued:
+            if awaiting:  # stopped, or a starved thread: no measure either way
+                self._discard = max(self._discard, 1)
             return
         # the interval going on, and the next one: the SIGCONT may be handled
         # just after a step's start was timed, before it was counted
