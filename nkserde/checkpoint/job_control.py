@@ -279,9 +279,10 @@ def warn_if_suspending(job: Job, label: str) -> None:
     (PreemptMode SUSPEND or GANG: SIGSTOP to every task, SIGCONT later).
     JAX's distributed service takes a process whose heartbeats stopped for
     ``heartbeat_timeout_seconds`` (100 by default) for dead and aborts every
-    process, in C++, with no checkpoint and no requeue; only the script's
-    own ``jax.distributed.initialize`` sets it, and JAX does not say what it
-    was set to: the warning cannot tell a script that did."""
+    process, in C++, with no checkpoint (abort_watch.py requeues the job);
+    only the script's own ``jax.distributed.initialize`` sets it, and JAX
+    does not say what it was set to: the warning cannot tell a script that
+    did."""
     if job.partition in _SUSPEND_WARNED:
         return
     try:
