@@ -44,8 +44,8 @@ import time
 
 TICK = 1.0
 SLACK = 1.0  # a gap longer than the tick by this much is a stop, not a late wake-up
-# a death this long after the end of a stop is JAX's abort (it lands within
-# a second of the SIGCONT: the service checks the heartbeats every second)
+# a death this long after the end of a stop is JAX's abort (which landed
+# within a second of the SIGCONT in every test, on a loaded machine)
 AFTER_STOP = 60.0
 END = b"end"
 
