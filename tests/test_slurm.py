@@ -17,7 +17,9 @@ administrator would (tests/cluster.py).
 Two 2-task jobs are suspended mid-run (``scontrol suspend``, then
 ``resume``: gang scheduling, PreemptMode=SUSPEND), for less and for more
 than JAX's default heartbeat timeout (100 s): they go on, in their first
-allocation, and end as the run without SLURM.
+allocation, and end as the run without SLURM. A third is suspended for
+longer than its own heartbeat timeout: JAX aborts it, nkserde's watcher
+requeues it, and it ends as the run without SLURM.
 """
 
 from __future__ import annotations
@@ -58,11 +60,20 @@ SIGNAL = "--signal=USR1@40"  # in place of the script's USR1@120
 SUSPENDED = {"suspended-60s": 60, "suspended-130s": 130}
 SUSPEND_AFTER_STEP = 5
 SUSPEND_STEP = {**STEP, "STEP_SECONDS": "2"}
+# JAX's default heartbeat (100 s) and a longer suspension, the same abort in
+# a quarter of the time: a 10 s heartbeat, suspended for 25 s
+PAST_HEARTBEAT = "suspended-past-heartbeat"
+PAST_HEARTBEAT_STEP = {**SUSPEND_STEP, "HEARTBEAT_SECONDS": "10"}
+PAST_HEARTBEAT_SECONDS = 25
+# after step 7: step 5's checkpoint, written in the background during step
+# 6, is on disk before step 6 ends (suspended after step 5, the abort came
+# before the write under CI's load and the job started again from scratch)
+PAST_HEARTBEAT_AFTER_STEP = 7
 
 
 def prepare(name: str, workdir: Path, script: Path) -> Path:
     shutil.copy(RUN, workdir / "run.py")
-    if name in ("no-signal", "auto-slurm-requeue", *SUSPENDED):
+    if name in ("no-signal", "auto-slurm-requeue", PAST_HEARTBEAT, *SUSPENDED):
         # the job script as the guide shows it, without its --signal line
         lines = [line for line in script.read_text().splitlines(keepends=True) if "--signal" not in line]
         script = workdir / "job-without-signal.sh"
@@ -85,10 +96,13 @@ def plan() -> dict:
         "raises": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3"}),
         "raises-requeued": (JOB_SH, [TIME, SIGNAL], {**cache, **STEP, "RAISE_AT": "3", "REQUEUE_ON_ERROR": "2"}),
         **{name: (JOB_SH, ["--time=5", "--ntasks=2"], {**cache, **SUSPEND_STEP}) for name in SUSPENDED},
+        PAST_HEARTBEAT: (JOB_SH, ["--time=5", "--ntasks=2"], {**cache, **PAST_HEARTBEAT_STEP}),
     }
 
 
-JOBS = cluster.Jobs(plan(), prepare, suspend={name: (SUSPEND_AFTER_STEP, s) for name, s in SUSPENDED.items()})
+SUSPEND = {name: (SUSPEND_AFTER_STEP, s) for name, s in SUSPENDED.items()}
+SUSPEND[PAST_HEARTBEAT] = (PAST_HEARTBEAT_AFTER_STEP, PAST_HEARTBEAT_SECONDS)
+JOBS = cluster.Jobs(plan(), prepare, suspend=SUSPEND)
 
 
 @pytest.fixture(scope="module")
@@ -275,6 +289,27 @@ def test_a_suspended_job_goes_on(references, name):
     assert "finished" in output
     assert_same_run(job.workdir, references(2))
     print(f"\n{name}: {record.strip()}; {[line for line in output.splitlines() if 'SIGCONT' in line]}")
+
+
+@pytest.mark.slurm
+def test_a_job_jax_aborts_after_a_suspension_is_requeued(references):
+    """Suspended for longer than its heartbeat timeout: on resume JAX's
+    distributed service aborts both processes in C++ (no Python runs);
+    nkserde's watcher, a child of process 0, sees the death come just after
+    the stop and requeues the job, which resumes from its newest
+    checkpoint: COMPLETED, never FAILED, and the same run as without SLURM."""
+    job = JOBS.wait(PAST_HEARTBEAT)
+    if job.states[-1] != "COMPLETED":
+        pytest.fail(job.diagnosis(), pytrace=False)
+    output = job.output
+    assert "resumed" in (job.workdir / "suspended").read_text()
+    assert "JAX distributed service detected fatal errors" in output, output[-3000:]  # it was aborted
+    assert "suspension, without a word from Python" in output and "Requeueing SLURM job" in output, output[-3000:]
+    assert int(job.info()["Restarts"]) == 1, job.diagnosis()
+    parts = attempts(output)
+    assert len(parts) == 2 and int(RESUMED.search(parts[1]).group(1)) == 5, output[-3000:]  # every=5
+    assert "finished" in parts[-1]
+    assert_same_run(job.workdir, references(2))
 
 
 # ------------------------------------------------ the guide's files, as shown

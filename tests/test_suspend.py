@@ -16,6 +16,7 @@ from test_scheduler import RUNNING, RecordingJob
 
 from nkserde.checkpoint import job_control, slurm
 from nkserde.checkpoint.job_control import JobControl
+from nkserde.checkpoint.stopped_time import CONFIRM, StoppedTime, StopsSeen
 from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
 
 
@@ -31,17 +32,17 @@ def test_an_interval_the_process_was_stopped_in_is_no_step():
 
 
 class Stops:
-    """In place of StoppedTime: SIGCONTs and stopped seconds, given."""
+    """In place of StoppedTime: what take() sees next, given."""
 
     def __init__(self):
-        self.next = (0, 0.0)
+        self.next = StopsSeen(0, 0.0, False)
 
     @property
     def pending(self):
-        return self.next[0] > 0
+        return self.next.continued > 0 or self.next.awaiting
 
     def take(self):
-        taken, self.next = self.next, (0, 0.0)
+        taken, self.next = self.next, StopsSeen(0, 0.0, False)
         return taken
 
 
@@ -50,7 +51,7 @@ def test_after_a_stop_the_guard_leaves_out_the_step_and_moves_the_end():
     ctl.stopped_time = stops = Stops()
     for t in (0.0, 10.0, 12.0):
         ctl.step_started(t)
-    stops.next = (1, 58.0)
+    stops.next = StopsSeen(1, 58.0, False)
     ctl.saved(50.0)  # a save the process was stopped in: no measure either
     ctl.step_started(72.0)
     ctl.step_started(74.0)  # the interval after the SIGCONT is left out too (see _catch_up)
@@ -61,6 +62,70 @@ def test_after_a_stop_the_guard_leaves_out_the_step_and_moves_the_end():
     assert not ctl.due(76.0)
 
 
+def test_a_stop_whose_sigcont_is_handled_late_is_no_step_and_no_save():
+    """A 60 s stop inside a background save, the step ended and looked at
+    before the SIGCONT handler ran (seen in CI: the stop counted as a
+    step and a save, the guard kept 313 s and stopped the job, which was
+    requeued): the interval and the save are no measure while the gap
+    awaits its SIGCONT; when it comes, the end moves."""
+    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(300.0, margin=0.0), label="ckpt")
+    ctl.stopped_time = stops = Stops()
+    for t in (0.0, 10.0, 12.0):
+        ctl.step_started(t)
+    ctl.saved(1.0)
+    stops.next = StopsSeen(0, 0.0, True)
+    ctl.saved(62.0)  # the save the process was stopped in
+    stops.next = StopsSeen(0, 0.0, True)
+    ctl.step_started(74.0)  # the step it was stopped in
+    stops.next = StopsSeen(0, 0.0, True)
+    assert not ctl.due(74.0)
+    stops.next = StopsSeen(1, 60.0, False)  # the handler ran
+    ctl.step_started(76.0)
+    ctl.step_started(78.0)
+    ctl.step_started(80.0)
+    assert ctl.guard.step == 2.0 and ctl.guard.reserve() == SLOWDOWN * (2.0 + 1.0)
+    assert ctl.guard.deadline == 360.0
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def sigcont_handled(stops: StoppedTime) -> None:
+    before = stops._sigconts
+    os.kill(os.getpid(), signal.SIGCONT)  # handled in this (the main) thread
+    deadline = time.monotonic() + 10.0
+    while stops._sigconts == before and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def test_a_gap_awaits_its_sigcont_and_is_dropped_without_one():
+    clock = Clock()
+    stops = StoppedTime(tick=3600.0, clock=clock).start()  # its thread sleeps: the test moves the clock
+    try:
+        clock.now = 3660.0  # not seen for 60 s more than a tick
+        assert stops.pending
+        assert stops.take() == StopsSeen(0, 0.0, True)
+        clock.now += 1.0
+        assert stops.take() == StopsSeen(0, 0.0, True)  # held, not lost
+        sigcont_handled(stops)
+        assert stops.take() == StopsSeen(1, 60.0, False)  # late, and counted
+        assert not stops.pending and stops.take() == StopsSeen(0, 0.0, False)
+
+        clock.now += 3600.0 + 5.0  # a thread starved for 5 s, and no SIGCONT
+        assert stops.take() == StopsSeen(0, 0.0, True)
+        clock.now += CONFIRM
+        assert stops.take() == StopsSeen(0, 0.0, False)  # dropped
+        sigcont_handled(stops)
+        assert stops.take() == StopsSeen(1, 0.0, False)  # a SIGCONT then is a short stop, not those 5 s
+    finally:
+        stops.close()
+
+
 def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
     job = RecordingJob(RUNNING, time_left=100.0)
     ctl = JobControl.start(job, requeue="never", walltime="auto", lag_steps=0, label="ckpt", now=0.0)
@@ -68,7 +133,7 @@ def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
     ctl.step_started(0.0)
     ctl.step_started(10.0)
     job.left = 90.0  # SLURM does not count the stopped time against --time
-    stops.next = (1, 0.0)  # too short to be measured: SLURM says
+    stops.next = StopsSeen(1, 0.0, False)  # too short to be measured: SLURM says
     ctl.step_started(70.0)
     assert ctl.guard.deadline == 160.0 and ctl.guard.step == 10.0
 

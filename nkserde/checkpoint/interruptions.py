@@ -24,6 +24,7 @@ from .._log import say
 from ..checkpoint_files.directory import RunDirectory
 from ..processes.jax_service import coordination_name, multi_process, stop_flag
 from . import job_control
+from .abort_watch import AbortWatch
 from .job_control import WALLTIME, JobControl, JobOptions
 from .process_runs import PROCESS_RUNS
 from .run_state import Run
@@ -43,6 +44,7 @@ class Interruptions:
         self.job: JobControl | None = None  # the job of the run going on
         self._run: Run | None = None
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
+        self._abort_watch: AbortWatch | None = None  # requeues the job if JAX aborts the run (process 0)
         self.catcher = SignalCatcher(
             options.signals,
             # Ctrl-C from a step's sampling to its end, or in a save: the
@@ -72,6 +74,11 @@ class Interruptions:
         )
         if multi_process() and self.job.job is not None:
             job_control.warn_if_suspending(self.job.job, str(self.directory))
+            if self.options.requeue != "never":
+                try:
+                    self._abort_watch = AbortWatch.start(self.job.job.job_id, str(self.directory))
+                except OSError as exc:  # never a failed run for the watcher's sake
+                    say(f"{self.directory}: no watcher for an abort after a suspension ({exc})", logging.WARNING)
         if self.job.guard is not None:  # beside the handlers: the stops the guard leaves out
             self.job.stopped_time = StoppedTime().start()
         if multi_process() and (self.options.signals or self.options.walltime is not None):
@@ -109,6 +116,9 @@ class Interruptions:
         if self._flag is not None:
             self._flag.close()
         job, self.job, self._run, self._flag = self.job, None, None, None
+        if self._abort_watch is not None:
+            self._abort_watch.close()
+            self._abort_watch = None
         self.catcher.restore()
         if job is not None and job.stopped_time is not None:
             job.stopped_time.close()

@@ -126,8 +126,10 @@ class JobControl:
         by the time measured."""
         if self.stopped_time is None or self.guard is None:
             return
-        continued, seconds = self.stopped_time.take()
+        continued, seconds, awaiting = self.stopped_time.take()
         if not continued:
+            if awaiting:  # stopped, or a starved thread: no measure either way
+                self._discard = max(self._discard, 1)
             return
         # the interval going on, and the next one: the SIGCONT may be handled
         # just after a step's start was timed, before it was counted
@@ -277,9 +279,10 @@ def warn_if_suspending(job: Job, label: str) -> None:
     (PreemptMode SUSPEND or GANG: SIGSTOP to every task, SIGCONT later).
     JAX's distributed service takes a process whose heartbeats stopped for
     ``heartbeat_timeout_seconds`` (100 by default) for dead and aborts every
-    process, in C++, with no checkpoint and no requeue; only the script's
-    own ``jax.distributed.initialize`` sets it, and JAX does not say what it
-    was set to: the warning cannot tell a script that did."""
+    process, in C++, with no checkpoint (abort_watch.py requeues the job);
+    only the script's own ``jax.distributed.initialize`` sets it, and JAX
+    does not say what it was set to: the warning cannot tell a script that
+    did."""
     if job.partition in _SUSPEND_WARNED:
         return
     try:

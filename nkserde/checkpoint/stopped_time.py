@@ -5,7 +5,7 @@ Ctrl-Z and ``fg``), for the walltime guard, whose clock
 and threads only (no SLURM, no NetKet).
 
     stops = StoppedTime().start()      # main thread: a SIGCONT handler, a ticking thread
-    continued, seconds = stops.take()  # since the last take: SIGCONTs, seconds stopped
+    seen = stops.take()                # since the last take: SIGCONTs, seconds stopped, a gap awaiting its SIGCONT
     stops.close()                      # the handler put back, the thread ended
 
 SIGSTOP cannot be caught, SIGCONT can: a SIGCONT says *that* the process
@@ -16,6 +16,14 @@ stops with the process, so a thread that notes the monotonic clock every
 a tick. A gap counts only when a SIGCONT came with it: a thread starved
 of the CPU (or the GIL) for a while is not a stop. Stops shorter than
 ``tick + SLACK`` are seen (``continued``) but not measured (0 s).
+
+The gap and the SIGCONT are not seen in a fixed order: under SLURM on a
+busy node the run's main thread ended the step it was stopped in, and
+looked, before the handler had run (the 60 s stop was measured as a step
+and the job requeued for it). So a gap without its
+SIGCONT is held for ``CONFIRM`` seconds, reported as ``awaiting`` (the
+interval is no measure), and counted when the SIGCONT comes; after that
+it was a starved thread, and is dropped.
 """
 
 from __future__ import annotations
@@ -24,10 +32,22 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 # a gap longer than the tick by this much is a stop, not a late wake-up
 SLACK = 1.0
 TICK = 1.0
+# how long a gap waits for its SIGCONT (seconds of the clock); the handler
+# was seen up to a step (2 s) late
+CONFIRM = 30.0
+
+
+class StopsSeen(NamedTuple):
+    """What :meth:`StoppedTime.take` saw since the last take."""
+
+    continued: int  # SIGCONTs received
+    seconds: float  # how long the process was stopped before them (0.0 without one)
+    awaiting: bool  # a gap no SIGCONT came with yet: the interval is no measure
 
 
 class StoppedTime:
@@ -44,6 +64,7 @@ class StoppedTime:
         self._sigconts = 0
         self._seen = 0
         self._gaps = 0.0  # stopped seconds seen by the thread since the last take()
+        self._gap_seen = None  # the clock when the first of those gaps was seen
         self._last_tick = 0.0
         self._installed = False
         self._previous = None  # the SIGCONT handler start() replaced (None: not Python's)
@@ -60,7 +81,7 @@ class StoppedTime:
         if threading.current_thread() is not threading.main_thread():
             return self
         self._sigconts = self._seen = 0
-        self._gaps, self._last_tick = 0.0, self.clock()
+        self._gaps, self._gap_seen, self._last_tick = 0.0, None, self.clock()
         self._previous = signal.getsignal(signal.SIGCONT)
         signal.signal(signal.SIGCONT, self._on_sigcont)
         self._installed = True
@@ -73,20 +94,25 @@ class StoppedTime:
 
     @property
     def pending(self) -> bool:
-        """Whether a SIGCONT came since the last take()."""
-        return self._sigconts != self._seen
+        """Whether a SIGCONT came, or a gap was seen, since the last take()."""
+        self._note(self.clock())
+        return self._sigconts != self._seen or self._gaps > 0.0
 
-    def take(self) -> tuple[int, float]:
-        """``(continued, seconds)``: the SIGCONTs received since the last
-        call and how long the process was stopped before them (0.0 for
-        gaps that no SIGCONT came with, and for stops shorter than a tick
-        and the slack)."""
-        self._note(self.clock())  # the thread may not have run since the resume
+    def take(self) -> StopsSeen:
+        """The SIGCONTs received since the last call, how long the process
+        was stopped before them (0.0 for stops shorter than a tick and the
+        slack), and whether a gap awaits its SIGCONT (held for the next
+        take, dropped once ``CONFIRM`` seconds passed without one)."""
+        now = self.clock()
+        self._note(now)  # the thread may not have run since the resume
         sigconts = self._sigconts
         continued, self._seen = sigconts - self._seen, sigconts
         with self._lock:
-            gaps, self._gaps = self._gaps, 0.0
-        return continued, (gaps if continued else 0.0)
+            gaps = self._gaps
+            awaiting = not continued and gaps > 0.0 and now - self._gap_seen < CONFIRM
+            if not awaiting:
+                self._gaps, self._gap_seen = 0.0, None
+        return StopsSeen(continued, gaps if continued else 0.0, awaiting)
 
     def close(self) -> None:
         if self._done is not None:
@@ -111,4 +137,5 @@ class StoppedTime:
             gap = now - self._last_tick
             if gap > self.tick + SLACK:
                 self._gaps += gap - self.tick
+                self._gap_seen = now if self._gap_seen is None else self._gap_seen
             self._last_tick = max(now, self._last_tick)

@@ -18,6 +18,7 @@ Environment (all optional; the numbers never depend on them):
     RAISE_AT=k            raise RuntimeError at the start of step k
     REQUEUE_ON_ERROR=n    Checkpoint(requeue_on_error=n)
     AUTO_SLURM_REQUEUE=s  NetKet's AutoSlurmRequeue(before=s seconds) beside nkserde
+    HEARTBEAT_SECONDS=s   jax.distributed.initialize(heartbeat_timeout_seconds=s) under a launcher
     JAX_COMPILATION_CACHE_DIR  (JAX's own) shared by the jobs' processes
 
 Process 0 prints, one line each, with the wall-clock time:
@@ -47,7 +48,7 @@ if os.environ.get("CLUSTER_COORDINATOR"):
 elif int(os.environ.get("SLURM_NTASKS", os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))) > 1:
     # ranks and coordinator from srun's or mpirun's environment; the
     # heartbeat of docs/guides/slurm.md's run.py (a suspended job goes on)
-    jax.distributed.initialize(heartbeat_timeout_seconds=24 * 3600)
+    jax.distributed.initialize(heartbeat_timeout_seconds=int(os.environ.get("HEARTBEAT_SECONDS", 24 * 3600)))
 
 import netket as nk  # noqa: E402
 import numpy as np  # noqa: E402
