@@ -61,9 +61,12 @@ SUSPENDED = {"suspended-60s": 60, "suspended-130s": 130}
 SUSPEND_AFTER_STEP = 5
 SUSPEND_STEP = {**STEP, "STEP_SECONDS": "2"}
 # JAX's default heartbeat (100 s) and a longer suspension, the same abort in
-# a quarter of the time: a 10 s heartbeat, suspended for 25 s
+# a quarter of the time: a 10 s heartbeat, suspended for 25 s. JAX's abort
+# is a race at the resume (a heartbeat sent before its service's check
+# keeps the job alive): where JAX lets it live, the run aborts as JAX does
+# (ABORT_AT_SIGCONT), so that the requeue is tested every time.
 PAST_HEARTBEAT = "suspended-past-heartbeat"
-PAST_HEARTBEAT_STEP = {**SUSPEND_STEP, "HEARTBEAT_SECONDS": "10"}
+PAST_HEARTBEAT_STEP = {**SUSPEND_STEP, "HEARTBEAT_SECONDS": "10", "ABORT_AT_SIGCONT": "1"}
 PAST_HEARTBEAT_SECONDS = 25
 # after step 7: step 5's checkpoint, written in the background during step
 # 6, is on disk before step 6 ends (suspended after step 5, the abort came
@@ -294,7 +297,8 @@ def test_a_suspended_job_goes_on(references, name):
 @pytest.mark.slurm
 def test_a_job_jax_aborts_after_a_suspension_is_requeued(references):
     """Suspended for longer than its heartbeat timeout: on resume JAX's
-    distributed service aborts both processes in C++ (no Python runs);
+    distributed service aborts both processes in C++ (no Python runs; or,
+    where JAX's race let it live, the run aborts as JAX would);
     nkserde's watcher, a child of process 0, sees the death come just after
     the stop and requeues the job, which resumes from its newest
     checkpoint: COMPLETED, never FAILED, and the same run as without SLURM."""
@@ -303,13 +307,15 @@ def test_a_job_jax_aborts_after_a_suspension_is_requeued(references):
         pytest.fail(job.diagnosis(), pytrace=False)
     output = job.output
     assert "resumed" in (job.workdir / "suspended").read_text()
-    assert "JAX distributed service detected fatal errors" in output, output[-3000:]  # it was aborted
+    by_jax = "JAX distributed service detected fatal errors" in output
+    assert by_jax or "aborting at SIGCONT" in output, output[-3000:]  # it was aborted
     assert "suspension, without a word from Python" in output and "Requeueing SLURM job" in output, output[-3000:]
     assert int(job.info()["Restarts"]) == 1, job.diagnosis()
     parts = attempts(output)
     assert len(parts) == 2 and int(RESUMED.search(parts[1]).group(1)) == 5, output[-3000:]  # every=5
     assert "finished" in parts[-1]
     assert_same_run(job.workdir, references(2))
+    print(f"\n{PAST_HEARTBEAT}: aborted by {'JAX' if by_jax else 'the run (JAX let it live)'}, requeued, resumed")
 
 
 # ------------------------------------------------ the guide's files, as shown

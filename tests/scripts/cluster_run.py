@@ -19,6 +19,7 @@ Environment (all optional; the numbers never depend on them):
     REQUEUE_ON_ERROR=n    Checkpoint(requeue_on_error=n)
     AUTO_SLURM_REQUEUE=s  NetKet's AutoSlurmRequeue(before=s seconds) beside nkserde
     HEARTBEAT_SECONDS=s   jax.distributed.initialize(heartbeat_timeout_seconds=s) under a launcher
+    ABORT_AT_SIGCONT=1    the first attempt aborts 2 s after a SIGCONT if JAX has not
     JAX_COMPILATION_CACHE_DIR  (JAX's own) shared by the jobs' processes
 
 Process 0 prints, one line each, with the wall-clock time:
@@ -123,6 +124,19 @@ sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=8)
 vstate = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64, seed=1, sampler_seed=2)
 gs = nk.driver.VMC(hamiltonian, optax.adam(0.01), variational_state=vstate)
 gs = nkserde.checkpointed(gs, "ckpt", every=5, requeue_on_error=int(os.environ.get("REQUEUE_ON_ERROR", "0")))
+
+if os.environ.get("ABORT_AT_SIGCONT") and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+    # What JAX's heartbeat abort does to a job continued after a long
+    # suspension (SIGABRT, no Python exit), for the times it does not: its
+    # service's check and the tasks' first heartbeats race at the resume,
+    # and a heartbeat that wins keeps the job alive (once in 7 tries
+    # here). JAX's own abort, when it comes, lands within the 2 s this waits.
+    def abort_at_sigcont(signum, frame):
+        time.sleep(2.0)
+        print(f"aborting at SIGCONT {time.time():.3f}", flush=True)
+        os.abort()
+
+    signal.signal(signal.SIGCONT, abort_at_sigcont)  # nkserde's SIGCONT handler calls it
 
 callbacks = [Progress()]
 if os.environ.get("AUTO_SLURM_REQUEUE"):
