@@ -18,8 +18,9 @@ Two 2-task jobs are suspended mid-run (``scontrol suspend``, then
 ``resume``: gang scheduling, PreemptMode=SUSPEND), for less and for more
 than JAX's default heartbeat timeout (100 s): they go on, in their first
 allocation, and end as the run without SLURM. A third is suspended for
-longer than its own heartbeat timeout: JAX aborts it, nkserde's watcher
-requeues it, and it ends as the run without SLURM.
+longer than its own heartbeat timeout: JAX aborts it (or, where JAX's race
+lets it live, it aborts itself as JAX would), nkserde's watcher requeues
+it, and it ends as the run without SLURM.
 """
 
 from __future__ import annotations
