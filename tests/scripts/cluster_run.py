@@ -129,7 +129,7 @@ if os.environ.get("ABORT_AT_SIGCONT") and os.environ.get("SLURM_RESTART_COUNT", 
     # What JAX's heartbeat abort does to a job continued after a long
     # suspension (SIGABRT, no Python exit), for the times it does not: its
     # service's check and the tasks' first heartbeats race at the resume,
-    # and a heartbeat that wins keeps the job alive (once in 7 tries
+    # and a heartbeat that wins keeps the job alive (once in 8 tries
     # here). JAX's own abort, when it comes, lands within the 2 s this waits.
     def abort_at_sigcont(signum, frame):
         time.sleep(2.0)
