@@ -42,6 +42,7 @@ import subprocess
 import sys
 import time
 
+# stopped_time.py's tick and slack (this file, run as a script, cannot import it)
 TICK = 1.0
 SLACK = 1.0  # a gap longer than the tick by this much is a stop, not a late wake-up
 # a death this long after the end of a stop is JAX's abort (which landed
@@ -90,10 +91,11 @@ class AbortWatch:
             self.process.wait()
 
 
-def watch(pipe: int, clock=time.monotonic) -> tuple[float, float] | None:
+def watch(pipe: int) -> tuple[float, float] | None:
     """Reads ``pipe`` until it ends. Returns None if the run said ``end``,
     else ``(stopped, since)``: how long the last stop lasted (0.0: none
     seen) and how long ago it ended, in seconds."""
+    clock = time.monotonic
     last = clock()
     stopped, resumed = 0.0, None
     said = b""
