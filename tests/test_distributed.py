@@ -318,7 +318,7 @@ def test_signal_to_one_process_stops_all_at_the_same_step(runs, cache, tmp_path)
 def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cache, tmp_path, n):
     """Counted by every process (nkserde.processes.jax_service.counts): a step
     without a checkpoint is one request per process (the stop flag's
-    non-blocking read, made by a thread while the step runs), a save two
+    non-blocking read, made by a thread while the step runs), a save three
     rounds through process 0 (3 requests each on every other process; on
     process 0 also the read of the messages, the answer and the deletion
     of a round's keys), the run's start one round; whatever the number of
@@ -335,7 +335,8 @@ def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cach
     for r, got in enumerate(per_rank):
         assert int(got["step_count"]) == steps
         # process 0's first round of the directory's save sequence has no keys to delete before it
-        start, save, all_saves = (4, 4 + 5, 4 + 5 * (2 * saves - 1)) if r == 0 else (3, 2 * 3, saves * 2 * 3)
+        rounds = 3 * saves
+        start, save, all_saves = (4, 4 + 5 + 5, 4 + 5 * (rounds - 1)) if r == 0 else (3, 3 * 3, rounds * 3)
         assert int(got["after"]) - int(got["before"]) == start + steps + all_saves, r
         per_step = np.diff(got["steps"])  # steps 2..6 (a read lands in its step or the next)
         plain = np.delete(per_step, 2)  # step 4 begins with the checkpoint of step 3

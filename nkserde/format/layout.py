@@ -11,6 +11,11 @@ MAGIC = b"\x89NKSERD\n"  # 8 bytes; the high first byte keeps it from reading as
 END_MAGIC = b"NKSERDE\x00"
 FORMAT_VERSION = 2  # 2: arrays stored as blocks written by several processes
 ALIGNMENT = 64  # byte alignment of every array: lets loads alias buffers into JAX
+# In a save by several processes, those that write at once (all but
+# process 0) each start their blocks on a page of their own: the client
+# cache of a shared file system may write back whole pages, and a page two
+# nodes wrote into at once would keep one node's bytes only
+PAGE = 4096
 
 PREAMBLE = struct.Struct("<8sII")  # magic, format version, flags
 TRAILER = struct.Struct("<QQQ8s")  # header offset, header length, header checksum, end magic
@@ -99,5 +104,5 @@ def dtype_name(dtype: np.dtype) -> str | None:
     return name if name in DTYPES else None
 
 
-def aligned_offset(offset: int) -> int:
-    return -(-offset // ALIGNMENT) * ALIGNMENT
+def aligned_offset(offset: int, alignment: int = ALIGNMENT) -> int:
+    return -(-offset // alignment) * alignment

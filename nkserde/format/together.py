@@ -1,10 +1,19 @@
 """One process's part of a save by every process of a run
-(nkserde.format.writer.write_file_together), step by step, in two rounds
+(nkserde.format.writer.write_file_together), step by step, in three rounds
 through process 0 (docs/distributed.md, "Who writes what"): round 1
 encodes, describes, checks and lays out the file (the plan in
 nkserde.format.together_layout, the agreement in
-nkserde.format.together_agreement); round 2 writes every process's
-blocks, then process 0 publishes the file."""
+nkserde.format.together_agreement); then the other processes write their
+blocks, each from a page of its own, and fsync them (round 2); then
+process 0 writes its region and publishes the file (round 3 tells the
+others how it went).
+
+Process 0 writes nothing into the file before round 2: a shared file
+system's client cache may fill the gap below a write with zeros and write
+whole pages back (FUSE-based file systems; LazyFS, the tests' model of a
+node's cache, does), which would overwrite the blocks another node wrote
+and fsynced. After round 2 those blocks are on the file server, so what
+process 0's node reads back or fills in holds them."""
 
 from __future__ import annotations
 
@@ -79,7 +88,9 @@ class TogetherWrite:
             answer = self._agree_on_layout()
             self.temp = self.path.parent / answer["temp"]
             yield
-            yield from self._write_and_publish(answer["starts"])
+            self._write_blocks(answer["starts"])
+            yield
+            yield from self._write_and_publish(answer["region0_bytes"])
         finally:
             if self.rank == 0:
                 if self.file is not None:
@@ -133,33 +144,46 @@ class TogetherWrite:
         self.layout, starts = lay_out(self.path, self.encoded, messages)
         temp = temp_name(self.path.name, socket.gethostname(), os.getpid())
         self._create(self.path.parent / temp)
-        return {"starts": starts, "temp": temp}
+        return {"starts": starts, "temp": temp, "region0_bytes": self.encoded.nbytes}
 
     def _create(self, temp: Path):
+        """The temporary file, empty: process 0 writes into it after round 2."""
         try:
             remove_stale_temps(self.path.parent)
             self.temp = temp
             self.file = open(temp, "xb")
-            self.file.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
         except OSError as exc:
             raise write_error(self.path, "creating the temporary file on process 0", exc) from exc
 
-    # -- round 2: write, then process 0 publishes
+    # -- round 2: the other processes write their blocks
 
-    def _write_and_publish(self, starts: list[int]):
+    def _write_blocks(self, starts: list[int]):
         what = "writing blocks"
         try:
             if self.rank:
                 self._write_own_blocks(starts[self.rank])
-            else:
-                self.region = yield from self._write_region0()
             message, error = {}, None
         except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
             if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
                 exc = write_error(self.path, f"{what} on process {self.rank}", exc)
             message, error = {"error": _error_message(exc)}, exc
+        self._round(message, lambda messages: self._raise_first_error(messages, what) or {}, what, error,
+                    writing=self.encoded.nbytes)  # fmt: skip
+
+    # -- round 3: process 0 writes its region and publishes the file
+
+    def _write_and_publish(self, region0_bytes: int):
+        what = "writing process 0's region"
+        message, error = {}, None
+        if self.rank == 0:
+            try:
+                self.region = yield from self._write_region0()
+            except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
+                if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
+                    exc = write_error(self.path, f"{what}", exc)
+                message, error = {"error": _error_message(exc)}, exc
         yield
-        self._round(message, self._publish, what, error, writing=self.encoded.nbytes)
+        self._round(message, self._publish, what, error, writing=region0_bytes)
 
     def _write_own_blocks(self, start: int):
         if not self.temp.exists():
@@ -182,6 +206,7 @@ class TogetherWrite:
 
     def _write_region0(self):
         layout, encoded = self.layout, self.encoded
+        self.file.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
         others: dict[int, list] = {}  # array -> index entries of the other processes' blocks, in process order
         for r, m in enumerate(layout.messages[1:], 1):
             for note, offset in zip(map(block_note, m["blocks"]), layout.offsets[r]):
@@ -208,7 +233,7 @@ class TogetherWrite:
         )
 
     def _publish(self, messages: list[dict]) -> dict:
-        self._raise_first_error(messages, "writing blocks")
+        self._raise_first_error(messages, "writing process 0's region")
         f, self.file = self.file, None
         index, end = self.region
         try:

@@ -16,7 +16,7 @@ from ..placement import GlobalArray
 from . import tree_codec
 from .array_write import bytes_of, prepare_block, stored_dtype
 from .checksum import checksum
-from .layout import PREAMBLE, aligned_offset
+from .layout import ALIGNMENT, PAGE, PREAMBLE, aligned_offset
 from .together_agreement import ArrayInfo, agreed_part
 
 
@@ -130,11 +130,14 @@ def lay_out(path, encoded: Encoded, messages: list[dict]) -> tuple[Layout, list[
                 f"{path}: {format_path(encoded.paths[i])}: the processes' blocks hold "
                 f"{volume.get(i, 0)} elements of an array of shape {a.shape}"
             )
-    # others' blocks first, in process order, then process 0's region
+    # others' blocks first, in process order, then process 0's region. The
+    # other processes write at once, each from a page of its own (layout.PAGE:
+    # what a shared file system's client cache may write back whole);
+    # process 0 writes after they have, into what they wrote
     position = PREAMBLE.size
     starts, offsets = [0], [None]
-    for m in messages[1:]:
-        position = aligned_offset(position)
+    for rank, m in enumerate(messages[1:], 1):
+        position = aligned_offset(position, PAGE if rank > 1 else ALIGNMENT)
         starts.append(position)
         placed, position = block_offsets(position, [block_note(b).stored for b in m["blocks"]])
         offsets.append(placed)
