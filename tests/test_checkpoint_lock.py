@@ -22,7 +22,7 @@ def test_acquire_writes_host_and_pid_and_release_removes(tmp_path):
     assert lock.held
     text = (tmp_path / ".lock").read_text()
     assert text.startswith(f"{socket.gethostname()} {os.getpid()} ")
-    assert Owner.parse(text) == this_process()
+    assert Owner.parse(text) == this_process(lock_module.lease.renewal_interval())
     assert this_process().boot and this_process().start  # Linux: the boot id and the start time are there
     assert [p.name for p in tmp_path.iterdir()] == [".lock"]  # its temporary file is gone
     lock.release()
@@ -183,7 +183,7 @@ def test_the_lock_is_absent_or_whole_wherever_taking_it_stops(tmp_path, monkeypa
         synced.add(os.fstat(fd).st_ino)
 
     def link(source, target):
-        assert Owner.parse(Path(source).read_text()) == this_process()
+        assert Owner.parse(Path(source).read_text()) == this_process(lock_module.lease.renewal_interval())
         assert os.stat(source).st_ino in synced
         raise KeyboardInterrupt  # the machine stops here
 
@@ -206,7 +206,7 @@ def test_without_hard_links_the_lock_is_created_in_place(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "link", link)
     first = DirectoryLock(tmp_path)
     first.acquire()
-    assert Owner.parse((tmp_path / ".lock").read_text()) == this_process()
+    assert Owner.parse((tmp_path / ".lock").read_text()) == this_process(lock_module.lease.renewal_interval())
     assert [p.name for p in tmp_path.iterdir()] == [".lock"]
     with pytest.raises(NkserdeError, match="already running"):
         DirectoryLock(tmp_path).acquire()

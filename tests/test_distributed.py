@@ -321,7 +321,8 @@ def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cach
     non-blocking read, made by a thread while the step runs), a save three
     rounds through process 0 (3 requests each on every other process; on
     process 0 also the read of the messages, the answer and the deletion
-    of a round's keys), the run's start one round; whatever the number of
+    of a round's keys), the run's start two (the lock taken, then seen by
+    every process as the checkpoint is chosen); whatever the number of
     processes. The coordinator serves the sum: O(P).
 
     The counts asserted have no P in them: 8 real processes (the most this
@@ -334,9 +335,9 @@ def test_coordination_requests_per_step_and_save_do_not_grow_with_processes(cach
     per_rank = [np.load(tmp_path / f"rank-{r}.npz") for r in range(n)]
     for r, got in enumerate(per_rank):
         assert int(got["step_count"]) == steps
-        # process 0's first round of the directory's save sequence has no keys to delete before it
+        # process 0's first round of a sequence (the start's, the directory's saves') has no keys to delete
         rounds = 3 * saves
-        start, save, all_saves = (4, 4 + 5 + 5, 4 + 5 * (rounds - 1)) if r == 0 else (3, 3 * 3, rounds * 3)
+        start, save, all_saves = (4 + 5, 4 + 5 + 5, 4 + 5 * (rounds - 1)) if r == 0 else (2 * 3, 3 * 3, rounds * 3)
         assert int(got["after"]) - int(got["before"]) == start + steps + all_saves, r
         per_step = np.diff(got["steps"])  # steps 2..6 (a read lands in its step or the next)
         plain = np.delete(per_step, 2)  # step 4 begins with the checkpoint of step 3

@@ -45,12 +45,12 @@ from ..caches import jax_executables as jax_cache
 from .._log import say
 from .._warnings import outside
 from ..checkpoint_files.directory import RunDirectory, unusable
-from ..errors import UnsupportedNetKetError
+from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import run_loop
 from ..processes.jax_service import multi_process
-from . import job_control, restore
+from . import job_control, restore, slurm
 from .interruptions import Interruptions
-from .job_control import DEFAULT_SIGNALS, EXIT_INTERRUPTED, WALLTIME
+from .job_control import DEFAULT_SIGNALS, EXIT_INTERRUPTED, LOCK_LOST, WALLTIME
 from .logger_histories import HistoryAppender
 from .options import CheckpointOptions
 from .process_runs import PROCESS_RUNS
@@ -185,7 +185,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         if problem is not None:
             raise problem
         self.resumed_from = self.interrupted = self._run = None
-        self._files = RunDirectory(self.directory)
+        self._files = RunDirectory(self.directory, jobs=slurm.job_record)
         self._saver = Saver(self._files, keep=self.options.keep, on_write_error=self.options.on_write_error)
         self._stops = Interruptions(self.directory, self.options.job)
 
@@ -301,7 +301,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             if run.unsaved:
                 self._save(driver, asynchronous=False)
             raise KeyboardInterrupt
-        stop = self._stops.requested(run, now)
+        stop = self._stops.requested(run, now, lock_lost=self._files.lock.renewal_lost is not None)
+        if stop == LOCK_LOST:  # the directory is another run's now: nothing more is written there
+            lost = self._files.lock.renewal_lost or "process 0's lock was taken over by another run"
+            self._finish(raise_write_error=False)
+            raise NkserdeError(f"{self.directory}: {lost}; this run stops without a checkpoint")
         if stop is not None:
             run.stopped_by = stop
             self.interrupted = job_control.stop_name(stop)

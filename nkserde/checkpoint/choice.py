@@ -1,21 +1,65 @@
 """Which checkpoint a run resumes: process 0's decision at the start of a
-run. Knows files and fingerprints (no NetKet objects)."""
+run, after it took the directory's lock and every process of the run saw
+that lock. Knows files and fingerprints (no NetKet objects)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import socket
 from pathlib import Path
+
+import jax
+import msgpack
 
 from .. import api
 from .._log import say
 from ..checkpoint_files.directory import RunDirectory
-from ..errors import CorruptFileError, NkserdeError, RunMismatchError
+from ..errors import CorruptFileError, DistributedSaveError, NkserdeError, RunMismatchError
+from ..format import bounded
+from ..processes.jax_service import group, multi_process
 from . import fingerprint as run_fingerprint
 from . import logger_histories
 
 
+def seen_by_every_process(files: RunDirectory, line: str, decide, name: str, failed: str, what: str):
+    """``decide()`` on process 0 once every process of the run has read the
+    lock process 0 took (``line``); its result (JSON-able) on every process,
+    in one round (about 3P requests). A process that does not see the lock
+    (a checkpoint directory on a node's local disk, /tmp or $TMPDIR) fails
+    the run's start on every process, naming the processes and their hosts,
+    before anything else is written. ``name``, ``failed``, ``what``: as
+    :func:`nkserde.processes.jax_service.on_process_0`'s. One process:
+    just ``decide()``."""
+    if not multi_process():
+        return decide()
+    try:
+        seen = bounded.read_capped(files.lock.path, 4096, "lock file").decode(errors="replace").strip()
+    except (OSError, NkserdeError):
+        seen = ""
+
+    def check_and_decide(messages: list[bytes]) -> bytes:
+        blind = [(rank, host) for rank, (host, text) in enumerate(map(msgpack.unpackb, messages)) if text != line]
+        if blind:
+            who = ", ".join(f"process {rank} on host {host}" for rank, host in blind[:8])
+            raise NkserdeError(
+                f"{files.path}: {who} does not see the file process 0 created ({files.lock.path}): the checkpoint "
+                "directory must be on a file system shared by all processes (not a node's local disk: /tmp, $TMPDIR)"
+            )
+        return json.dumps(decide()).encode()
+
+    message = msgpack.packb([socket.gethostname(), seen])
+    try:
+        answer = group(name).round(message, check_and_decide, what=what)
+    except DistributedSaveError as exc:
+        if jax.process_index() == 0 or type(exc) is not DistributedSaveError:
+            raise
+        raise DistributedSaveError(f"{failed}: {exc}") from None
+    return json.loads(answer)
+
+
 def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every) -> tuple[Path, dict] | None:
-    """Takes the directory's lock, applies the resume mode (``"never"``
+    """With the directory's lock held, applies the resume mode (``"never"``
     moves old checkpoints aside), compares the stored fingerprint with
     ``current`` (the run's), and returns (path, state dict) of the newest
     checkpoint that reads and verifies, or None for a fresh start (the
@@ -29,7 +73,6 @@ def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every)
     NkserdeError: the lock is held, or ``resume="must"`` and nothing can be
     resumed."""
     directory = files.path
-    files.lock.acquire()
     if resume == "never" and files.has_history():
         files.move_aside()
     existing = files.steps()

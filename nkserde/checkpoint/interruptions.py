@@ -25,7 +25,7 @@ from ..checkpoint_files.directory import RunDirectory
 from ..processes.jax_service import coordination_name, multi_process, stop_flag
 from . import job_control
 from .abort_watch import AbortWatch
-from .job_control import WALLTIME, JobControl, JobOptions
+from .job_control import LOCK_LOST, WALLTIME, JobControl, JobOptions
 from .process_runs import PROCESS_RUNS
 from .run_state import Run
 from .signals import SignalCatcher
@@ -81,7 +81,7 @@ class Interruptions:
                     say(f"{self.directory}: no watcher for an abort after a suspension ({exc})", logging.WARNING)
         if self.job.guard is not None:  # beside the handlers: the stops the guard leaves out
             self.job.stopped_time = StoppedTime().start()
-        if multi_process() and (self.options.signals or self.options.walltime is not None):
+        if multi_process():
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
 
     def step_started(self, now: float) -> None:
@@ -93,12 +93,14 @@ class Interruptions:
         if self.job is not None:
             self.job.saved(seconds)
 
-    def requested(self, run: Run, now: float) -> int | None:
-        """The reason (a signal number, or WALLTIME) every process stops
-        the run at this step, or None. One non-blocking request per step
-        with several processes: a signal may reach them at different steps
-        (see coordination.StopFlag)."""
-        requested = self.catcher.received or (WALLTIME if self.job.due(now) else None)
+    def requested(self, run: Run, now: float, lock_lost: bool = False) -> int | None:
+        """The reason (a signal number, WALLTIME, or LOCK_LOST: process 0's
+        lock was taken over) every process stops the run at this step, or
+        None. One non-blocking request per step with several processes: a
+        signal may reach them at different steps (see coordination.StopFlag)."""
+        requested = (
+            (LOCK_LOST if lock_lost else None) or self.catcher.received or (WALLTIME if self.job.due(now) else None)
+        )
         return requested if self._flag is None else self._flag.check(run.completed, requested)
 
     def take_interrupt(self) -> bool:
@@ -139,3 +141,4 @@ class Interruptions:
             job.after_error(count, limit, count_it=files.count_error_requeue)
         except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)
             say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)
+

@@ -29,8 +29,11 @@ from .slurm import Job, SlurmError
 from .stopped_time import StoppedTime
 from .walltime import WalltimeGuard
 
-# The stop reason of the walltime guard in the stop flag, beside signal numbers.
+# The stop reasons in the stop flag beside signal numbers: the walltime
+# guard's, and process 0's lock taken over by another run (the run stops
+# on every process without a checkpoint: the directory is another run's)
 WALLTIME = 1000
+LOCK_LOST = 1001
 # Exit status of a program whose run a signal or the walltime stopped, once
 # checkpointed (sysexits' EX_TEMPFAIL: "try again later"): the same script
 # resumes it. What a job script tests instead of a file of its own.
@@ -64,6 +67,8 @@ def stop_name(reason: int) -> str:
     """``"walltime"`` or the signal's name (``"SIGUSR1"``)."""
     if reason == WALLTIME:
         return "walltime"
+    if reason == LOCK_LOST:
+        return "the lock taken over"
     try:
         return signal.Signals(reason).name
     except ValueError:

@@ -31,7 +31,7 @@ from ..placement import primary
 from ..processes.jax_service import coordination_name, on_process_0
 from . import fingerprint as run_fingerprint
 from . import logger_histories
-from .choice import choose_checkpoint
+from .choice import choose_checkpoint, seen_by_every_process
 from .options import CheckpointOptions, InitFrom
 from .run_state import Run
 
@@ -117,17 +117,19 @@ def resume(driver, run: Run, files: RunDirectory, options: CheckpointOptions) ->
     current = run_fingerprint.fingerprint(driver)
     chosen_here = []  # process 0 keeps the state it verified
 
+    def take_lock():
+        files.lock.acquire()
+        return files.lock.line
+
     def decide():
         choice = choose_checkpoint(files, options.resume, current, every=options.every)
         chosen_here.extend(choice or ())
         return str(choice[0]) if choice else None
 
-    chosen = on_process_0(
-        coordination_name("checkpoint:decisions", directory),
-        decide,
-        f"{directory}: process 0 could not start the run",
-        what=f"the start of the run in {directory}",
-    )
+    decisions = coordination_name("checkpoint:decisions", directory)
+    failed, what = f"{directory}: process 0 could not start the run", f"the start of the run in {directory}"
+    line = on_process_0(decisions, take_lock, failed, what=what)
+    chosen = seen_by_every_process(files, line, decide, decisions, failed, what)
     if chosen is None:
         if options.init_from is not None:
             start_from_another_run(driver, directory, options.init_from)

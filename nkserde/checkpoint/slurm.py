@@ -7,6 +7,7 @@ Knows SLURM only (no NetKet, no files).
     job.show().requeueable              # scontrol show job: Requeue=1, a batch job
     job.requeue()                       # scontrol requeue: SLURM ends the job now
     job.preempt_mode()                  # the partition's PreemptMode: "OFF", "SUSPEND,GANG", ...
+    job_record("4711")                  # another job's state and restarts, None if SLURM forgot it
 
 Every command is bounded by a timeout and fails with :class:`SlurmError`
 (a controller that does not answer, a command that is missing): the
@@ -22,6 +23,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 
+from ..checkpoint_files.lock_owner import JobRecord
 from ..errors import NkserdeError
 
 # slurmctld answers within its MessageTimeout (10 s by default); a command
@@ -139,13 +141,32 @@ class Job:
         self._run("scontrol", "requeue", self.job_id)
 
     def _run(self, *command: str) -> str:
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
-        except FileNotFoundError:
-            raise SlurmError(f"`{command[0]}` is not on PATH (SLURM_JOB_ID={self.job_id})") from None
-        except subprocess.TimeoutExpired:
-            raise SlurmError(f"`{' '.join(command)}` did not answer within {COMMAND_TIMEOUT:.0f} s") from None
-        if done.returncode != 0:
-            said = (done.stderr or done.stdout).strip().splitlines()
-            raise SlurmError(f"`{' '.join(command)}` failed (exit {done.returncode}): {said[-1] if said else ''}")
-        return done.stdout
+        return _run(command, f"SLURM_JOB_ID={self.job_id}")
+
+
+def job_record(job_id: str) -> JobRecord | None:
+    """What SLURM says of job ``job_id`` (``scontrol show job``): its state
+    and restart count, or None if SLURM does not know it (it ended more than
+    ``MinJobAge`` ago). A controller that does not answer: SlurmError. How
+    a checkpoint directory's lock judges a lock another job holds."""
+    try:
+        text = _run(("scontrol", "show", "job", "--oneliner", job_id), f"the job {job_id} holding a lock")
+    except SlurmError as exc:
+        if "Invalid job id" in str(exc):
+            return None
+        raise
+    state = JobState.parse(text)
+    return JobRecord(state.state, state.restarts)
+
+
+def _run(command: tuple[str, ...], context: str) -> str:
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=COMMAND_TIMEOUT, check=False)
+    except FileNotFoundError:
+        raise SlurmError(f"`{command[0]}` is not on PATH ({context})") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"`{' '.join(command)}` did not answer within {COMMAND_TIMEOUT:.0f} s") from None
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise SlurmError(f"`{' '.join(command)}` failed (exit {done.returncode}): {said[-1] if said else ''}")
+    return done.stdout

@@ -280,11 +280,12 @@ def write_fingerprint(directory: Path, fingerprint: dict) -> None:
 
 class RunDirectory:
     """The files of one checkpointed run in ``path`` (created on demand),
-    with its lock."""
+    with its lock (``jobs``: how it asks SLURM about a job holding it,
+    :class:`~nkserde.checkpoint_files.lock.DirectoryLock`)."""
 
-    def __init__(self, path):
+    def __init__(self, path, jobs=None):
         self.path = Path(path)
-        self.lock = DirectoryLock(self.path)
+        self.lock = DirectoryLock(self.path, jobs)
 
     def create(self) -> None:
         problem = unusable(self.path)

@@ -1,20 +1,13 @@
 """The lock of a checkpoint directory, ``<directory>/.lock``: one run at a
 time on a directory, and a lock its owner left behind (a killed job, a node
-that crashed or lost power) taken over by the next run at once. Knows files
-and processes (no NetKet, no registry); process 0 of a run takes it
-(:func:`nkserde.checkpoint.choice.choose_checkpoint`).
+that crashed or lost power) taken over by the next run without a person,
+on this host or another. Knows files and processes (no NetKet, no
+registry); SLURM through the function it is handed. Process 0 of a run
+takes it (:func:`nkserde.checkpoint.choice.choose_checkpoint`).
 
-What it holds, one line of text (:class:`Owner`)::
-
-    <host> <pid> boot:<boot id> start:<start time> [slurm:<job id>:<restart count>]
-
-the owner's host and pid; the boot id of its host and the start time of its
-process (Linux: ``/proc/sys/kernel/random/boot_id``, field 22 of
-``/proc/<pid>/stat``; left out where there is no ``/proc``): a live pid is
-the owner only if the host has not booted since and that process started
-when the owner did (pids are reused, soonest after a reboot); in a SLURM
-job, the job and its attempt. Locks of nkserde 0.x before these fields
-(``<host> <pid> [slurm:...]``) are read as such.
+What it holds is one line of text naming its owner
+(:class:`~nkserde.checkpoint_files.lock_owner.Owner`): host, pid, boot id,
+start time, SLURM job and attempt, lease.
 
 How it is taken: the line is written to a temporary file beside the lock
 and fsynced, then hard-linked to ``.lock``, which fails if a lock exists.
@@ -26,18 +19,24 @@ owner lives, and a power cut ends the owner. On a file system without hard
 links the lock is created exclusively (``O_EXCL``) and its line written in
 one write, then fsynced.
 
-When it is taken over: its owner is dead (on this host: another boot id,
-no process with its pid, or one that started at another time); it was taken
-by an earlier attempt of this SLURM job (on any host: SLURM runs one attempt
-of a job at a time); or it names no owner (empty, or not a lock line: an
-older nkserde killed between creating and writing it, then a power cut) and
-does not change while it is watched for ``SETTLE`` seconds (a live writer
-fills it in that time). The stale lock is moved aside under a name of its
-own and deleted only if it is the very file judged (same inode, size and
-time): two processes that find one stale lock do not both take it. A lock
-of a live process, or of another host (whose processes cannot be checked
-from here), is never taken: :meth:`DirectoryLock.acquire` raises
-NkserdeError naming it.
+While it is held: its owner renews it (nkserde.checkpoint_files.lease), so
+that another host can tell a live run from a dead one, and reports it lost
+if another run took it over meanwhile (:attr:`DirectoryLock.lost`).
+
+When it is taken over: when its owner is judged dead
+(nkserde.checkpoint_files.lock_owner: an earlier attempt of this SLURM
+job; a process of this host that ended; a SLURM job that ended, as SLURM
+says; a lock of another host not renewed for the lease's bound); or when
+it names no owner (empty, or not a lock line: an older nkserde killed
+between creating and writing it, then a power cut) and does not change
+while it is watched for ``SETTLE`` seconds (a live writer fills it in that
+time). The stale lock is moved aside under a name of its own and deleted
+only if it is the very file judged (same inode, size and time): two
+processes that find one stale lock do not both take it. A lock of a live
+owner is never taken: :meth:`DirectoryLock.acquire` raises NkserdeError
+naming it and why it was judged alive. Once it holds the lock, the run
+removes the temporary files that runs of other hosts left in the directory
+(:func:`nkserde.format.atomic.remove_stale_temps`): no other run uses it.
 """
 
 from __future__ import annotations
@@ -46,21 +45,23 @@ import contextlib
 import errno
 import os
 import secrets
-import socket
 import time
 from pathlib import Path
-from typing import NamedTuple
 
+from .._log import say
 from ..errors import CheckpointDirectoryError, NkserdeError
 from ..format import bounded
-from ..format.atomic import pid_alive, temp_name
+from ..format.atomic import remove_stale_temps, temp_name
+from . import lease
+from .lock_owner import Judge, JobStates, Owner, Verdict, boot_id, start_time, this_process
+
+__all__ = ["DirectoryLock", "LOCK_FILE", "Owner", "boot_id", "start_time", "this_process"]
 
 LOCK_FILE = ".lock"
 # seconds a lock without an owner in it is watched before it is taken over
 SETTLE = 2.0
 _LOOKS = 40  # looks at it in that time
-_MAX_BYTES = 1024  # a lock line is ~100 bytes; a larger file is not a lock
-_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+_MAX_BYTES = 1024  # a lock line is ~150 bytes; a larger file is not a lock
 # link() refused by the file system (no hard links there), not by a lock in place
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK, errno.EXDEV}
 # locks this process held and could not remove (a file system that turned
@@ -68,104 +69,59 @@ _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, er
 _UNRELEASED: set[str] = set()
 
 
-class Owner(NamedTuple):
-    """What a lock says of the process that took it."""
-
-    host: str
-    pid: int
-    boot: str | None = None  # the host's boot id when it took the lock
-    start: int | None = None  # the process's start time, clock ticks since boot
-    job: tuple[str, int] | None = None  # SLURM: (job id, restart count)
-
-    def line(self) -> str:
-        parts = [self.host, str(self.pid)]
-        if self.boot:
-            parts.append(f"boot:{self.boot}")
-        if self.start is not None:
-            parts.append(f"start:{self.start}")
-        if self.job is not None:
-            parts.append(f"slurm:{self.job[0]}:{self.job[1]}")
-        return " ".join(parts)
-
-    @classmethod
-    def parse(cls, text: str) -> Owner | None:
-        """The owner a lock's text names; None if it names none (empty,
-        half written, not a lock). Fields of a later version are ignored."""
-        tokens = text.split()
-        if len(tokens) < 2 or not tokens[1].isdigit() or int(tokens[1]) <= 0:
-            return None
-        fields = {}
-        for token in tokens[2:]:
-            key, colon, value = token.partition(":")
-            if not colon or not value or key in fields:
-                return None
-            fields[key] = value
-        start = fields.get("start")
-        job_id, _, restart = fields.get("slurm", "").partition(":")
-        return cls(
-            tokens[0],
-            int(tokens[1]),
-            boot=fields.get("boot"),
-            start=int(start) if start is not None and start.isdigit() else None,
-            job=(job_id, int(restart)) if job_id and restart.isdigit() else None,
-        )
-
-
-def this_process() -> Owner:
-    """The owner line this process writes."""
-    return Owner(socket.gethostname(), os.getpid(), boot_id(), start_time(os.getpid()), _slurm_attempt())
-
-
-def boot_id() -> str | None:
-    """This host's boot id (a new one at every boot), None where unknown."""
-    try:
-        text = _BOOT_ID.read_text().strip()
-    except OSError:
-        return None
-    return text if text and len(text.split()) == 1 else None
-
-
-def start_time(pid: int) -> int | None:
-    """When process ``pid`` started, in clock ticks since boot (Linux), None
-    where unknown (no such process, no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read(4096).decode(errors="replace")
-        return int(stat.rsplit(")", 1)[1].split()[19])  # the name may hold ") "; starttime is field 22
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _pause(seconds: float) -> None:  # a test's handshake replaces it
     time.sleep(seconds)
 
 
+_clock = time.monotonic  # the clock a watch of the lock reads (a test's in its place)
+
+
 class DirectoryLock:
     """``<directory>/.lock`` (see the module): :meth:`acquire` takes it or
-    raises; :meth:`release` removes it."""
+    raises; :meth:`release` removes it. ``jobs``: SLURM's record of a job
+    (``nkserde.checkpoint.slurm.job_record``), to judge a lock another job
+    holds; None judges such a lock by its lease."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, jobs: JobStates | None = None):
         self.path = Path(directory) / LOCK_FILE
+        self.jobs = jobs
         self.held = False
+        self.took_over: str | None = None  # why the lock found in place was judged dead
+        self.line: str | None = None  # the line this object wrote while it holds the lock
+        self._renewal: lease.Renewal | None = None
 
     def acquire(self) -> None:
-        """Takes the lock, taking over a stale one. Raises NkserdeError when
-        a live process (or one of another host) holds it, naming it;
-        CheckpointDirectoryError when the directory cannot be written."""
-        me = this_process()
+        """Takes the lock, taking over a stale one (and says so). Raises
+        NkserdeError when a live run holds it, naming it and why it was
+        judged alive; CheckpointDirectoryError when the directory cannot
+        be written."""
+        me = this_process(lease.renewal_interval())
         line = me.line()
+        self.took_over = None
         temp = self._write_temp(line)
         try:
             for _ in range(3):
-                if self._place(temp, line):
-                    self.held = True
-                    _UNRELEASED.discard(str(self.path))
+                placed = self._place(temp, line)
+                if placed is not None:
+                    self._held(placed, me)
                     return
                 self._take_over_or_raise(me)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
         raise NkserdeError(f"{self.path}: could not take over a stale lock (other processes are taking it too)")
+
+    @property
+    def lost(self) -> str | None:
+        """While held: None if the lock is still this process's, else why
+        not (another run took it over while this one was stopped or cut off
+        for longer than the lease's bound, or it was deleted). Reads it."""
+        return self._renewal.check() if self._renewal is not None else None
+
+    @property
+    def renewal_lost(self) -> str | None:
+        """:attr:`lost` as the renewal last found it (no file read)."""
+        return self._renewal.lost if self._renewal is not None else None
 
     def owner(self) -> tuple[str, str]:
         """(host, pid) written in the lock file; ("", "") when it names no
@@ -176,12 +132,18 @@ class DirectoryLock:
         return found[0].host, str(found[0].pid)
 
     def release(self) -> OSError | None:
-        """Removes the lock if this object holds it; otherwise does nothing.
-        Returns the error if removing it failed (a read-only file system):
-        the lock stays, and is stale once this process has ended."""
+        """Removes the lock if this object holds it and it is still its own;
+        otherwise does nothing. Returns the error if removing it failed (a
+        read-only file system): the lock stays, and is stale once this
+        process has ended."""
         if not self.held:
             return None
         self.held = False
+        renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            renewal.stop()
+            if renewal.check() is not None:
+                return None  # another run's now
         try:
             self.path.unlink()
         except FileNotFoundError:
@@ -192,6 +154,17 @@ class DirectoryLock:
         return None
 
     # -- taking it
+
+    def _held(self, placed: tuple[int, int], me: Owner) -> None:
+        """The lock is this process's: renewed from now on, and what runs of
+        other hosts left in the directory removed."""
+        self.held, self.line = True, me.line()
+        _UNRELEASED.discard(str(self.path))
+        self._renewal = lease.Renewal(self.path, placed, me.line(), me.lease)
+        self._renewal.start()
+        if self.took_over is not None:
+            say(f"{self.path.parent}: took over the lock: {self.took_over}")
+        remove_stale_temps(self.path.parent, other_hosts=True, keep=(LOCK_FILE,))
 
     def _failed(self, exc: OSError, what: str = "taking the lock failed") -> CheckpointDirectoryError:
         if isinstance(exc, FileNotFoundError):
@@ -226,24 +199,26 @@ class DirectoryLock:
                 os.unlink(path)
             raise self._failed(exc, f"writing the lock {LOCK_FILE} failed") from None
 
-    def _place(self, temp: Path, line: str) -> bool:
-        """Puts the lock in place; False if a lock is there."""
+    def _place(self, temp: Path, line: str) -> tuple[int, int] | None:
+        """Puts the lock in place: its (device, inode); None if a lock is there."""
         try:
             os.link(temp, self.path)
-            return True
+            info = os.stat(temp)
+            return info.st_dev, info.st_ino
         except FileExistsError:
-            return False
+            return None
         except OSError as exc:
             if exc.errno not in _NO_HARD_LINKS:
                 raise self._failed(exc) from None
         try:  # no hard links here: created in place, its line in one write
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            return False
+            return None
         except OSError as exc:
             raise self._failed(exc) from None
+        info = os.fstat(fd)
         self._write_synced(fd, line, self.path)
-        return True
+        return info.st_dev, info.st_ino
 
     def _read(self) -> tuple[Owner | None, tuple] | None:
         """(the owner the lock names or None, the file's identity: device,
@@ -274,8 +249,16 @@ class DirectoryLock:
             if found is None:
                 return
             owner, identity = found
-        if owner is not None and not self._stale(owner, me):
-            raise NkserdeError(self._in_use(owner, me))
+        if owner is None:
+            verdict = Verdict(False, f"it named no owner and did not change for {SETTLE:g} s")
+        elif str(self.path) in _UNRELEASED and (owner.host, owner.pid) == (me.host, me.pid):
+            verdict = Verdict(False, "this process held it and could not remove it")
+        else:
+            judge = Judge(self.path, self._read, self.jobs, lease.stale_after(), pause=_pause, clock=_clock)
+            verdict, identity = judge(owner, identity, me)
+        if verdict.alive:
+            raise NkserdeError(self._in_use(owner, me, verdict))
+        self.took_over = f"{owner.named()}: {verdict.why}" if owner is not None else verdict.why
         self._remove(identity)
 
     def _watch(self, identity: tuple) -> tuple[Owner | None, tuple] | None:
@@ -295,24 +278,16 @@ class DirectoryLock:
                 )
         return None, identity
 
-    def _stale(self, owner: Owner, me: Owner) -> bool:
-        if str(self.path) in _UNRELEASED and (owner.host, owner.pid) == (me.host, me.pid):
-            return True  # this process's own, left behind by a release that failed
-        if owner.job is not None and me.job is not None and owner.job[0] == me.job[0] and owner.job[1] < me.job[1]:
-            return True  # an earlier attempt of this SLURM job, on whatever host
-        return owner.host == me.host and not _alive(owner, me)
-
-    def _in_use(self, owner: Owner, me: Owner) -> str:
-        where = f"(lock file {self.path}); two runs must not share a directory"
-        if owner.host != me.host:
-            return (
-                f"{self.path.parent}: checkpoint directory is in use by process {owner.pid} on host {owner.host} "
-                f"{where}. That host's processes cannot be checked from {me.host}: if no run of it uses the "
-                "directory (its node went down), delete the lock file"
-            )
-        if owner.pid == me.pid:
+    def _in_use(self, owner: Owner, me: Owner, verdict: Verdict) -> str:
+        if owner.host == me.host and owner.pid == me.pid:
             return f"{self.path.parent}: this process is already running a checkpointed run on this directory"
-        return f"{self.path.parent}: checkpoint directory is in use by process {owner.pid} on host {owner.host} {where}"
+        message = (
+            f"{self.path.parent}: checkpoint directory is in use by {owner.named()} (lock file {self.path}): "
+            f"{verdict.why}; two runs must not share a directory"
+        )
+        if owner.host != me.host and owner.lease is None and (owner.job is None or self.jobs is None):
+            message += ". If no run uses the directory any more (its node went down), delete the lock file"
+        return message
 
     def _remove(self, identity: tuple) -> None:
         """Deletes the lock judged stale if it is still that file (device,
@@ -329,27 +304,9 @@ class DirectoryLock:
         try:
             moved = os.stat(aside)
             if (moved.st_dev, moved.st_ino, moved.st_size, moved.st_mtime_ns) != identity:
+                self.took_over = None
                 with contextlib.suppress(OSError):
                     os.link(aside, self.path)
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(aside)
-
-
-def _alive(owner: Owner, me: Owner) -> bool:
-    """Whether the process ``owner`` names (of this host) is running."""
-    if owner.boot and me.boot and owner.boot != me.boot:
-        return False  # taken before this host's last boot
-    if not pid_alive(owner.pid):
-        return False
-    now = start_time(owner.pid)
-    return owner.start is None or now is None or now == owner.start  # else the pid went to another process
-
-
-def _slurm_attempt() -> tuple[str, int] | None:
-    """(job id, restart count) of the SLURM job this process runs in, or None."""
-    job_id = os.environ.get("SLURM_JOB_ID", "").strip()
-    restarts = os.environ.get("SLURM_RESTART_COUNT", "0").strip()
-    if not job_id or len(job_id.split()) != 1:
-        return None
-    return job_id, int(restarts) if restarts.isdigit() else 0

@@ -4,7 +4,9 @@ A save writes a temporary file beside the target, fsyncs it, renames it over
 the target and fsyncs the directory. A crash at any point leaves either the
 old file or the new one at the target, never a mixture. The temporary name
 records host and pid, so the next save to the same directory can recognise
-the leftovers of a save whose process has died and remove them.
+the leftovers of a save whose process has died and remove them (those of
+another host, whose processes cannot be checked from here, are removed by
+the run that holds the checkpoint directory's lock).
 """
 
 from __future__ import annotations
@@ -41,9 +43,23 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temps(directory: Path) -> list[Path]:
+def temp_owner(name: str) -> tuple[str, str, int] | None:
+    """(target name, host, pid) of a temporary file's name as
+    :func:`temp_name` makes it, None for any other name."""
+    if not (name.startswith(".") and name.endswith(TEMP_MARK)):
+        return None
+    parts = name[1 : -len(TEMP_MARK)].rsplit("~", 2)
+    if len(parts) != 3 or not parts[2].isdigit():
+        return None
+    return parts[0], parts[1], int(parts[2])
+
+
+def remove_stale_temps(directory: Path, *, other_hosts: bool = False, keep: tuple[str, ...] = ()) -> list[Path]:
     """Removes temporary files left in ``directory`` by dead processes of this
-    host; files of live processes and of other hosts are left alone."""
+    host; files of live processes are left alone. ``other_hosts``: also
+    every temporary file of another host, but those of targets named
+    ``keep`` or ``keep + "."...`` (the caller holds the directory's lock:
+    no other host's run writes there, but one may be trying to take it)."""
     removed = []
     for leftover in sorted(_leftovers):
         if leftover.parent == Path(directory):
@@ -58,15 +74,14 @@ def remove_stale_temps(directory: Path) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        name = entry.name
-        if not (name.startswith(".") and name.endswith(TEMP_MARK)):
+        owner = temp_owner(entry.name)
+        if owner is None:
             continue
-        parts = name[: -len(TEMP_MARK)].rsplit("~", 2)
-        if len(parts) != 3 or parts[1] != host or not parts[2].isdigit():
-            continue
-        pid = int(parts[2])
-        # our own pid: possibly a save in flight in another thread
-        if pid == os.getpid() or pid_alive(pid):
+        target, writer, pid = owner
+        if writer != host:
+            if not other_hosts or any(target == k or target.startswith(k + ".") for k in keep):
+                continue
+        elif pid == os.getpid() or pid_alive(pid):  # our own pid: possibly a save in flight in another thread
             continue
         with contextlib.suppress(OSError):
             os.unlink(entry.path)
