@@ -149,3 +149,26 @@ def test_steps_the_caller_does_are_not_counted_as_background_cpu():
     write = BackgroundWrite(_burning(0.02))
     write.finish()  # never started: every step in the caller, whose wait counts them
     assert write.steps_in_caller == 3 and write.background_cpu_seconds == 0.0
+
+
+@pytest.mark.parametrize("on_write_error", ["warn", "raise"])
+def test_a_write_a_lost_process_failed_ends_the_run_whatever_on_write_error_says(tmp_path, on_write_error):
+    """A checkpoint written by every process fails because one vanished (its
+    node died): a warning would let the run go on into NetKet's collectives,
+    waiting for it until JAX's heartbeat timeout. The run's thread gets the
+    PeerLostError, with its missing ranks, at the end of the step."""
+    from nkserde.checkpoint.keep_policy import KeepLatest
+    from nkserde.checkpoint.saving import Saver
+    from nkserde.checkpoint_files.directory import RunDirectory
+    from nkserde.errors import PeerLostError
+
+    saver = Saver(RunDirectory(tmp_path), keep=KeepLatest(3), on_write_error=on_write_error)
+
+    def steps():
+        raise PeerLostError("process 1 did not reach 'writing blocks' within 15 s", missing=[1])
+        yield
+
+    saver.writer.submit(steps(), asynchronous=True, target=tmp_path / "step-0000000010.nks")
+    with pytest.raises(PeerLostError, match="process 1 did not reach") as lost:
+        saver.wait_timed(None)
+    assert lost.value.missing == [1] and "step-0000000010.nks" in str(lost.value)

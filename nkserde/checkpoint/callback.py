@@ -45,7 +45,7 @@ from ..caches import jax_executables as jax_cache
 from .._log import say
 from .._warnings import outside
 from ..checkpoint_files.directory import RunDirectory, unusable
-from ..errors import NkserdeError, UnsupportedNetKetError
+from ..errors import NkserdeError, PeerLostError, UnsupportedNetKetError
 from ..netket import run_loop
 from ..processes.jax_service import multi_process
 from . import job_control, restore, slurm
@@ -386,7 +386,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=outside())
         finally:
             job = self._finish(raise_write_error=False)
-        if isinstance(error, Exception) and jax.process_index() == 0:
+        if isinstance(error, PeerLostError) and jax.process_index() == 0:  # not the run's fault: it goes on
+            self._stops.requeue_after_lost_peer(job, error)
+        elif isinstance(error, Exception) and jax.process_index() == 0:
             self._stops.requeue_after_error(job, self._files)
 
     # ------------------------------------------------------------------ parts

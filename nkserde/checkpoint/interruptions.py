@@ -142,3 +142,12 @@ class Interruptions:
         except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)
             say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)
 
+    def requeue_after_lost_peer(self, job: JobControl | None, error) -> None:
+        """Process 0, when the run ended because processes of it vanished
+        (``error``, a PeerLostError): the requeue (JobControl.after_lost_peer)."""
+        if job is None:
+            return
+        try:
+            job.after_lost_peer(error)
+        except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)
+            say(f"{self.directory}: could not requeue after losing a process: {exc}", logging.WARNING)

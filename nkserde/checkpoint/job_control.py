@@ -248,6 +248,33 @@ class JobControl:
         count_it()
         return self._requeue(f"requeued after the run failed ({count + 1} of requeue_on_error={limit})")
 
+    def after_lost_peer(self, error) -> bool:
+        """Process 0, when the run ended because processes of it vanished
+        (``error``, a PeerLostError: their node died, they were killed): the
+        job is requeued, and it resumes from the newest checkpoint once
+        SLURM can run it again (a job of several nodes waits for enough
+        nodes). Not when SLURM requeued or ended it already, or it made no
+        progress. Says what it did and why, with the error."""
+        job = self.job
+        if job is None or self.requeue == "never":
+            return False
+        missing = getattr(error, "missing", [])
+        lost = f"process {', '.join(map(str, missing))} of the run" if missing else "a process of the run"
+        lost = f"{lost} was lost ({' '.join(str(error).split())})"
+        state = self._job_state(f"{lost}; not requeued")
+        if state is None:
+            return False
+        if state.state not in ("RUNNING", "SUSPENDED"):
+            say(f"{self.label}: {lost}; SLURM job {job.job_id} is {state.state} already: not requeued")
+            return False
+        if not state.requeueable:
+            say(f"{self.label}: {lost}; SLURM job {job.job_id} cannot be requeued: submit it again to resume")
+            return False
+        if not PROCESS_RUNS.progressed:
+            say(f"{self.label}: {lost}; not requeued: this job completed no step", logging.WARNING)
+            return False
+        return self._requeue(f"requeued: {lost}; it resumes from the newest checkpoint")
+
     def _job_state(self, outcome: str):
         """The job's state as SLURM shows it, or None, having said
         ``outcome`` and why, when SLURM does not answer."""

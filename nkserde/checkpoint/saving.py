@@ -1,8 +1,9 @@
 """The save path of a checkpointed run: a checkpoint of the driver at a
 step boundary, written (in the background or not) and verified, then the
 checkpoints the keep policy no longer keeps retired; a write that fails
-warned about or raised (``on_write_error``), a deletion that fails warned
-about apart. At most one write is in flight.
+warned about or raised (``on_write_error``; a write that failed because a
+process of the run is gone always ends the run), a deletion that fails
+warned about apart. At most one write is in flight.
 
     saver = Saver(files, keep=KeepLatest(3), on_write_error="warn")
     seconds = saver.save(driver, run, asynchronous=True)   # the run's share
@@ -23,7 +24,7 @@ from .._log import say
 from .._warnings import outside
 from ..checkpoint_files import content as checkpoint_file
 from ..checkpoint_files.directory import RunDirectory
-from ..errors import NkserdeError
+from ..errors import NkserdeError, PeerLostError
 from ..placement import primary
 from ..processes.jax_service import coordination_name
 from .background_write import CheckpointWriter
@@ -92,6 +93,8 @@ class Saver:
         writes, waited = len(writer.lags), time.monotonic()
         writer.wait()
         waited = time.monotonic() - waited
+        if isinstance(writer.error, PeerLostError):
+            self.settle()  # raises it
         if run is None or run.schedule is None or len(writer.lags) == writes:
             return None
         run.schedule.saved(run.snapshot_seconds + waited + writer.background_cpu)
@@ -140,6 +143,12 @@ class Saver:
             )
 
     def _failed(self, exc: NkserdeError):
+        lost = exc if isinstance(exc, PeerLostError) else exc.__cause__
+        if isinstance(lost, PeerLostError):
+            # a process of the run is gone: the run's next step would wait
+            # for it in NetKet's collectives (for JAX's heartbeat timeout),
+            # so it ends now whatever on_write_error says
+            raise PeerLostError(str(exc), missing=lost.missing) from None
         if self.on_write_error == "raise":
             raise exc
         warnings.warn(f"nkserde: {exc}; {self.newest()}; the run goes on (on_write_error='warn')", stacklevel=outside())
