@@ -1,7 +1,8 @@
 """Suite-wide hooks: the tests that wait for SLURM jobs (marked ``slurm``)
 submit their jobs when the suite is collected and run last, so the jobs,
 which mostly wait for their time limits, run beside the CPU-bound tests
-(tests/cluster.py); the longest files run first.
+(tests/cluster.py; the two-node cluster's scenario, tests/two_node_scenario.py,
+likewise); the longest files run first.
 
 Under pytest-xdist (the README's ``-n 2``) every worker collects the
 suite: the jobs' directory is named by a key the main process sets
@@ -52,7 +53,10 @@ def _use_a_compilation_cache(worker: str) -> None:
 
 
 def _roots() -> list[Path]:
-    return sorted(Path(tempfile.gettempdir()).glob(f"nkserde-*-{os.environ[SESSION]}"))
+    # the session's directories: its jobs', and the two-node scenario's on
+    # the cluster's shared file system and in the nodes' common /var/tmp
+    places = (Path(tempfile.gettempdir()), Path("/shared-fs"), Path("/var/tmp"))
+    return sorted(p for place in places for p in place.glob(f"nkserde-*-{os.environ[SESSION]}"))
 
 
 # The longest files (minutes of launched processes each), handed out first:

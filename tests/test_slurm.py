@@ -128,45 +128,7 @@ def assert_same_run(workdir: Path, reference: Path):
 
 # ------------------------------------------------------------------ attempts
 
-RESUMED = re.compile(r"run-0: resumed VMC from step (\d+)")
-STOPPED = re.compile(r"run-0: interrupted by (\S+) after step")
-FRESH = "run-0: no checkpoint, starting fresh"
-
-
-def attempts(output: str) -> list[str]:
-    """The output of each attempt of the job, in order (each run starts
-    with nkserde's fresh-start or resume line)."""
-    starts = [m.start() for m in re.finditer(rf"^.*(?:{FRESH}|run-0: resumed VMC from step).*$", output, re.M)]
-    assert starts, output[-3000:]
-    return [output[a:b] for a, b in zip(starts, [*starts[1:], len(output)])]
-
-
-def preemptions(output: str) -> list[dict]:
-    """Per attempt that ended early: its last completed step, the step the
-    next attempt resumed from, when the signal came and when it exited."""
-    parts = attempts(output)
-    found = []
-    for part, following in zip(parts, parts[1:]):
-        steps = cluster.lines(part, "step")
-        exits = cluster.lines(part, "exit")
-        exited = exits[-1][1] if exits else None
-        signals = [t for _, t in cluster.lines(part, "signal") if exited is None or t <= exited]
-        resumed = int(RESUMED.search(following).group(1))
-        stopped = STOPPED.search(part)
-        found.append(
-            {
-                "by": stopped.group(1) if stopped else None,
-                "last_step": int(steps[-1][0]) if steps else None,
-                "resumed": resumed,
-                "lost": (int(steps[-1][0]) - resumed) if steps else 0,
-                # seconds from the signal (if one came) and from the end of
-                # the last step to the exit: the checkpoint and the requeue
-                "signal_to_exit": round(exited - signals[0], 2) if signals and exited else None,
-                "step_to_exit": round(exited - steps[-1][1], 2) if steps and exited else None,
-                "exit": exits[-1][0] if exits else None,
-            }
-        )
-    return found
+RESUMED, STOPPED, attempts, preemptions = cluster.RESUMED, cluster.STOPPED, cluster.attempts, cluster.preemptions
 
 
 def assert_requeued_until_done(

@@ -15,11 +15,19 @@ Environment (all optional; the numbers never depend on them):
     STEP_SECONDS=s        sleep s seconds at the end of every step (a
                           step as slow as a real one, without the CPU)
     N_ITER=n              steps of the run (default 40)
+    CHECKPOINT_DIRECTORY  where the checkpoints go (default ckpt)
     RAISE_AT=k            raise RuntimeError at the start of step k
     REQUEUE_ON_ERROR=n    Checkpoint(requeue_on_error=n)
     AUTO_SLURM_REQUEUE=s  NetKet's AutoSlurmRequeue(before=s seconds) beside nkserde
     HEARTBEAT_SECONDS=s   jax.distributed.initialize(heartbeat_timeout_seconds=s) under a launcher
     ABORT_AT_SIGCONT=1    the first attempt aborts 2 s after a SIGCONT if JAX has not
+    PAUSE_IN_SAVE=k       the first attempt of the job pauses inside the save of
+                          step k (before the fsync of its temporary file, on
+                          process PAUSE_RANK, default 0), having printed
+                          ``in-save <k> <time>``: a node killed then dies in a save
+    PUBLISH=1             at the end, fsync result.npz and the JsonLog (what an
+                          NFS client's close does; the tests' shared file system
+                          publishes only what is fsynced)
     JAX_COMPILATION_CACHE_DIR  (JAX's own) shared by the jobs' processes
 
 Process 0 prints, one line each, with the wall-clock time:
@@ -123,7 +131,8 @@ hamiltonian = nk.operator.Ising(hilbert, graph, h=1.0)
 sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=8)
 vstate = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64, seed=1, sampler_seed=2)
 gs = nk.driver.VMC(hamiltonian, optax.adam(0.01), variational_state=vstate)
-gs = nkserde.checkpointed(gs, "ckpt", every=5, requeue_on_error=int(os.environ.get("REQUEUE_ON_ERROR", "0")))
+directory = os.environ.get("CHECKPOINT_DIRECTORY", "ckpt")
+gs = nkserde.checkpointed(gs, directory, every=5, requeue_on_error=int(os.environ.get("REQUEUE_ON_ERROR", "0")))
 
 if os.environ.get("ABORT_AT_SIGCONT") and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
     # What JAX's heartbeat abort does to a job continued after a long
@@ -137,6 +146,19 @@ if os.environ.get("ABORT_AT_SIGCONT") and os.environ.get("SLURM_RESTART_COUNT", 
         os.abort()
 
     signal.signal(signal.SIGCONT, abort_at_sigcont)  # nkserde's SIGCONT handler calls it
+
+if os.environ.get("PAUSE_IN_SAVE") and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
+    pause_step, pause_rank = int(os.environ["PAUSE_IN_SAVE"]), int(os.environ.get("PAUSE_RANK", "0"))
+    real_fsync = os.fsync
+
+    def fsync_pausing_in_the_save(fd):
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        if RANK == pause_rank and f"step-{pause_step:010d}.nks~" in target and target.endswith(".nkserde-tmp"):
+            print(f"in-save {pause_step} {time.time():.3f}", flush=True)
+            time.sleep(3600)
+        real_fsync(fd)
+
+    os.fsync = fsync_pausing_in_the_save
 
 callbacks = [Progress()]
 if os.environ.get("AUTO_SLURM_REQUEUE"):
@@ -157,5 +179,10 @@ except BaseException:
 if RANK == 0:
     leaves = jax.tree_util.tree_leaves_with_path(gs.state.parameters)
     np.savez("result.npz", step_count=gs.step_count, **{jax.tree_util.keystr(p): np.asarray(x) for p, x in leaves})
+    if os.environ.get("PUBLISH"):
+        for path in ("result.npz", "out/log.log"):
+            fd = os.open(path, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
 say("finished")
 sys.exit(0)

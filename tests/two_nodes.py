@@ -1,0 +1,172 @@
+"""The two-node SLURM cluster of ../shared/tools/two-nodes, for
+tests/test_two_nodes.py: node1 and node2, each its own hostname, pid
+space, /tmp and boot id, one ``/shared-fs`` seen by each node through its
+own LazyFS (what a node has not fsynced stays on it and dies with it), a
+controller with accounting (``sacct``), and nodes that lose power on
+command (``node-kill.sh``).
+
+Started by ``.ci/run`` beside the one-node SLURM (its own ``SLURM_CONF``);
+by hand::
+
+    TWO_NODES_LAZYFS=$(bash ../shared/tools/lazyfs/build.sh) TWO_NODES_CRED_EXPIRE=10 \\
+        ../shared/tools/two-nodes/up.sh
+
+Jobs write their output to their node's own /tmp (a local disk: it
+survives the node's death and the host reads it at
+``/tmp/two-nodes/<node>/tmp``): slurmstepd never fsyncs it, so on the
+shared file system a killed node's output would be lost with it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TOOLS = Path(os.environ.get("NKSERDE_TWO_NODES_TOOLS", "/work/shared/tools/two-nodes"))
+STATE = Path("/tmp/two-nodes")  # the cluster's files (common.sh's TN)
+CONF = STATE / "slurm.conf"
+SHARED = Path("/shared-fs")
+NODES = ("node1", "node2")
+OUTPUT = Path("/tmp/nkserde-two-nodes")  # on each node: its local disk
+START_TIMEOUT = 900  # seconds CI may take to build LazyFS and start the cluster
+
+
+def problem() -> str | None:
+    """Why the two-node cluster cannot be used now, or None."""
+    if os.geteuid() != 0:
+        return "the two-node cluster needs root"
+    if not (TOOLS / "up.sh").exists():
+        return f"no {TOOLS}/up.sh (set NKSERDE_TWO_NODES_TOOLS)"
+    if not CONF.exists():
+        return f"no {CONF}: start the cluster ({TOOLS}/up.sh; .ci/run does)"
+    lazyfs = (STATE / "lazyfs").read_text().strip() if (STATE / "lazyfs").exists() else ""
+    if not lazyfs:
+        return "the two-node cluster runs without LazyFS: start it with TWO_NODES_LAZYFS (down.sh first)"
+    try:
+        states = slurm("sinfo", "-h", "-N", "-o", "%N %t", timeout=20).stdout.split("\n")
+    except subprocess.TimeoutExpired:
+        return "the two-node cluster's controller does not answer"
+    idle = {line.split()[0] for line in states if line.strip() and line.split()[1] in ("idle", "mix", "alloc")}
+    if idle != set(NODES):
+        return f"the two-node cluster's nodes are not both up: {states}"
+    return None
+
+
+def wait_for_cluster(timeout: float) -> str | None:
+    deadline = time.monotonic() + timeout
+    while (why := problem()) is not None and time.monotonic() < deadline:
+        time.sleep(3.0)
+    return why
+
+
+def environment(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_", "PMIX_"))}
+    env["SLURM_CONF"] = str(CONF)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def slurm(*command: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
+
+
+def submit(name: str, script: Path | None, workdir: Path, options: list[str], env: dict) -> str:
+    """sbatch on the two-node cluster (``script``, or ``--wrap`` in
+    ``options``); the job id. Its output goes to ``OUTPUT/<name>-<job
+    id>.out`` on the node each attempt runs on."""
+    done = subprocess.run(
+        ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={workdir}", f"--output={OUTPUT}/%x-%j.out",
+         "--open-mode=append", *options, *([str(script)] if script is not None else [])],
+        capture_output=True, text=True, timeout=60, env=environment(env),
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch {name}: {(done.stdout + done.stderr).strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def attempts(job_id: str) -> list[dict]:
+    """Every attempt of a job as SLURM's accounting has it (``sacct -D``):
+    state, node list, start and end, oldest first."""
+    out = slurm("sacct", "-j", job_id, "-D", "-X", "-n", "-P", "-o", "JobID,State,NodeList,Start,End,ExitCode").stdout
+    found = []
+    for line in out.splitlines():
+        parts = line.split("|")
+        if len(parts) == 6 and parts[0] == job_id:
+            found.append(dict(zip(("job", "state", "nodes", "start", "end", "exit"), parts)))
+    return found
+
+
+def show(job_id: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+)=(\S*)", slurm("scontrol", "show", "job", "--oneliner", job_id).stdout))
+
+
+def state(job_id: str) -> str:
+    """The job's state now (squeue, else its last attempt's in sacct)."""
+    out = slurm("squeue", "-h", "-j", job_id, "-o", "%T").stdout.strip()
+    if out:
+        return out
+    found = attempts(job_id)
+    return found[-1]["state"].split()[0] if found else "UNKNOWN"
+
+
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
+def node_state(node: str) -> str:
+    return slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
+
+
+def kill(node: str) -> float:
+    """The node loses power (its network, then every process); the time."""
+    subprocess.run([str(TOOLS / "node-kill.sh"), node], check=True, capture_output=True, timeout=120)
+    return time.time()
+
+
+def power_on(node: str) -> None:
+    subprocess.run([str(TOOLS / "node-up.sh"), node], check=True, capture_output=True, timeout=120)
+
+
+def node_exec(node: str, command: list[str], *, env: dict, cwd: Path, output: Path) -> subprocess.Popen:
+    """``command`` run on ``node`` (as if logged in there), outside SLURM,
+    in ``cwd``, its output in ``output`` (a path as the node sees it)."""
+    inner = ["env", "-i", *(f"{k}={v}" for k, v in environment(env).items() if k != "SLURM_CONF"),
+             "sh", "-c", f'cd "$0" && exec "$@" >> "{output}" 2>&1', str(cwd), *command]  # fmt: skip
+    return subprocess.Popen([str(TOOLS / "node-exec.sh"), node, *inner], stdin=subprocess.DEVNULL)
+
+
+def local(node: str, path: Path) -> Path:
+    """Where the host sees ``path`` of ``node``'s /tmp."""
+    return STATE / node / "tmp" / Path(path).relative_to("/tmp")
+
+
+def output(name: str, job_id: str | None = None) -> dict[str, str]:
+    """What a job (or a node_exec run) wrote, by node."""
+    found = {}
+    for node in NODES:
+        pattern = f"{name}-{job_id}.out" if job_id else f"{name}.out"
+        path = local(node, OUTPUT / pattern)
+        if path.exists():
+            found[node] = path.read_text(errors="replace")
+    return found
+
+
+def wait_for(what: str, condition, timeout: float, every: float = 0.5):
+    """``condition()``'s first true value within ``timeout`` s, else RuntimeError."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise RuntimeError(f"{what}: not within {timeout:.0f} s")
+
+
+def steps(text: str) -> list[tuple[int, float]]:
+    """(k, time) of the ``step <k> <time>`` lines of tests/scripts/cluster_run.py."""
+    return [(int(k), float(t)) for k, t in re.findall(r"^step (\d+) (\d+\.\d+)$", text, re.M)]
