@@ -51,6 +51,7 @@ class Scenario:
         self.root = root
         self.work = tn.SHARED / f"nkserde-two-nodes-{root.name}"
         self.cache = Path("/var/tmp") / f"nkserde-two-nodes-{root.name}" / "cache"  # both nodes' (a shared home)
+        self.output = tn.OUTPUT / root.name  # on each node's own disk
         self.log_file = (root / "scenario.log").open("a")
 
     def log(self, message: str) -> None:
@@ -88,20 +89,21 @@ class Scenario:
 
     def submit(self, case: str, options: list[str], extra: dict, *, workdir: Path | None = None, signal_line=True):
         workdir = workdir or self.workdir(case)
-        job = tn.submit(case, self.job_script(signal_line), workdir, options, self.env(extra))
+        job = tn.submit(case, self.job_script(signal_line), workdir, self.output, options, self.env(extra))
         self.log(f"{case}: submitted job {job} {' '.join(options)}")
         return job
 
     def run_outside_slurm(self, case: str, node: str, extra: dict, workdir: Path) -> subprocess.Popen:
         self.log(f"{case}: run.py started on {node}, outside SLURM")
         return tn.node_exec(node, [sys.executable, "run.py"], env=self.env(extra), cwd=workdir,
-                            output=tn.OUTPUT / f"{case}.out")  # fmt: skip
+                            output=self.output / f"{case}.out")  # fmt: skip
 
     def wait_final(self, job: str, timeout: float = 600) -> str:
         return tn.wait_for(f"job {job} ends", lambda: (s := tn.state(job)) in tn.FINAL and s, timeout, every=2.0)
 
     def job_record(self, case: str, job: str, **fields) -> None:
-        self.record(case, job=job, attempts=tn.attempts(job), show=tn.show(job), output=tn.output(case, job), **fields)
+        self.record(case, job=job, attempts=tn.attempts(job), show=tn.show(job), output=self.job_output(case, job),
+                    **fields)  # fmt: skip
 
     # ------------------------------------------------------------------ phases
 
@@ -133,7 +135,7 @@ class Scenario:
 
     def _prepare(self) -> str | None:
         for node in tn.NODES:
-            tn.local(node, tn.OUTPUT).mkdir(parents=True, exist_ok=True)
+            tn.local(node, self.output).mkdir(parents=True, exist_ok=True)
             seen = subprocess.run([str(tn.TOOLS / "node-exec.sh"), node, "test", "-x", sys.executable], timeout=60)
             if seen.returncode != 0:
                 return f"{node} does not see {sys.executable}: start the cluster with TWO_NODES_BIND naming it"
@@ -188,7 +190,7 @@ class Scenario:
         once (a shared home's), for as long as a few of the runs' starts."""
         script = HERE / "scripts" / "cache_on_two_nodes.py"
         runs = {node: tn.node_exec(node, [sys.executable, str(script), str(self.cache / "churn"), node],
-                                   env=self.env({}), cwd=self.work, output=tn.OUTPUT / "shared-cache.out")
+                                   env=self.env({}), cwd=self.work, output=self.output / "shared-cache.out")
                 for node in tn.NODES}  # fmt: skip
         statuses = {node: run.wait(timeout=600) for node, run in runs.items()}
         self.record("shared-cache", statuses=statuses, output={n: self._out(n, "shared-cache") for n in tn.NODES})
@@ -206,7 +208,8 @@ class Scenario:
         extra = {**ONE, "NKSERDE_LOCK_STALE_AFTER": STALE_AFTER}
         self.run_outside_slurm("lease-dead", "node1", extra, lease_dir)
         tn.wait_for("mid-run: step 12", lambda: self._reached("mid-run", mid, "node1"), 300)
-        tn.wait_for("in-save: in the save", lambda: "in-save" in tn.output("in-save", in_save).get("node1", ""), 300)
+        saving = lambda: "in-save" in self.job_output("in-save", in_save).get("node1", "")  # noqa: E731
+        tn.wait_for("in-save: in the save", saving, 300)
         tn.wait_for("lease-dead: step 12", lambda: self._reached("lease-dead", None, "node1"), 300)
         lock = (lease_dir / "ckpt" / "run-0" / ".lock").read_text().split()
         killed = tn.kill("node1")
@@ -247,7 +250,7 @@ class Scenario:
             {**TWO, "PAUSE_IN_SAVE": PAUSE_AT, "PAUSE_RANK": "1", "NKSERDE_PEER_TIMEOUT": PEER_TIMEOUT},
         )
         once = self.submit("no-requeue", ["-w", "node2", "-N1", "-n1", "--no-requeue"], ONE)  # fmt: skip
-        in_save = lambda: "in-save" in tn.output("two-node-save", two).get("node1", "")  # noqa: E731
+        in_save = lambda: "in-save" in self.job_output("two-node-save", two).get("node1", "")  # noqa: E731
         tn.wait_for("two-node-save: in the save", in_save, 300)
         tn.wait_for("no-requeue: step 12", lambda: self._reached("no-requeue", once, "node2"), 300)
         killed = tn.kill("node2")
@@ -263,7 +266,7 @@ class Scenario:
         self.log("node2 powered on")
         self.wait_final(again)
         self.job_record("no-requeue", again, first=once, first_attempts=tn.attempts(once),
-                        first_output=tn.output("no-requeue", once), killed=killed, down=down)  # fmt: skip
+                        first_output=self.job_output("no-requeue", once), killed=killed, down=down)  # fmt: skip
         self.wait_final(two)
         self.job_record("two-node-save", two, killed=killed, exited=exited, down=down, powered=powered,
                         temps=self._temps(self.work / "two-node-save"))  # fmt: skip
@@ -275,20 +278,25 @@ class Scenario:
         """While in it, jobs can start on ``node`` only: a job holding every
         CPU of the other node (what another user's job would do)."""
         other = next(n for n in tn.NODES if n != node)
-        blocker = tn.submit("blocker", None, self.work, ["-w", other, "--exclusive", "--wrap", "sleep 900"],
-                            self.env({}))  # fmt: skip
+        hold = ["-w", other, "--exclusive", "--wrap", "sleep 900"]
+        blocker = tn.submit("blocker", None, self.work, self.output, hold, self.env({}))
         try:
             tn.wait_for(f"the blocker on {other} runs", lambda: tn.state(blocker) == "RUNNING", 120)
             yield
         finally:
             tn.slurm("scancel", blocker)
 
+    def job_output(self, case: str, job: str) -> dict[str, str]:
+        """What a job wrote, by node."""
+        found = {node: self._out(node, f"{case}-{job}") for node in tn.NODES}
+        return {node: text for node, text in found.items() if text}
+
     def _out(self, node: str, name: str) -> str:
-        path = tn.local(node, tn.OUTPUT / f"{name}.out")
+        path = tn.local(node, self.output / f"{name}.out")
         return path.read_text(errors="replace") if path.exists() else ""
 
     def _reached(self, case: str, job: str | None, node: str) -> bool:
-        text = tn.output(case, job).get(node, "") if job else self._out(node, case)
+        text = self.job_output(case, job).get(node, "") if job else self._out(node, case)
         return any(k >= KILL_AT_STEP for k, _ in tn.steps(text))
 
     def _runs_on(self, job: str, node: str):

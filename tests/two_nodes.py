@@ -31,7 +31,7 @@ STATE = Path("/tmp/two-nodes")  # the cluster's files (common.sh's TN)
 CONF = STATE / "slurm.conf"
 SHARED = Path("/shared-fs")
 NODES = ("node1", "node2")
-OUTPUT = Path("/tmp/nkserde-two-nodes")  # on each node: its local disk
+OUTPUT = Path("/tmp/nkserde-two-nodes")  # on each node's own disk: a directory per scenario
 START_TIMEOUT = 900  # seconds CI may take to build LazyFS and start the cluster
 
 
@@ -76,12 +76,13 @@ def slurm(*command: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=environment())
 
 
-def submit(name: str, script: Path | None, workdir: Path, options: list[str], env: dict) -> str:
+def submit(name: str, script: Path | None, workdir: Path, output: Path, options: list[str], env: dict) -> str:
     """sbatch on the two-node cluster (``script``, or ``--wrap`` in
-    ``options``); the job id. Its output goes to ``OUTPUT/<name>-<job
-    id>.out`` on the node each attempt runs on."""
+    ``options``); the job id. Its output goes to ``output/<name>-<job
+    id>.out`` on the node each attempt runs on (``output``: a directory of
+    the nodes' own /tmp)."""
     done = subprocess.run(
-        ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={workdir}", f"--output={OUTPUT}/%x-%j.out",
+        ["sbatch", "--parsable", f"--job-name={name}", f"--chdir={workdir}", f"--output={output}/%x-%j.out",
          "--open-mode=append", *options, *([str(script)] if script is not None else [])],
         capture_output=True, text=True, timeout=60, env=environment(env),
     )  # fmt: skip
@@ -143,17 +144,6 @@ def node_exec(node: str, command: list[str], *, env: dict, cwd: Path, output: Pa
 def local(node: str, path: Path) -> Path:
     """Where the host sees ``path`` of ``node``'s /tmp."""
     return STATE / node / "tmp" / Path(path).relative_to("/tmp")
-
-
-def output(name: str, job_id: str | None = None) -> dict[str, str]:
-    """What a job (or a node_exec run) wrote, by node."""
-    found = {}
-    for node in NODES:
-        pattern = f"{name}-{job_id}.out" if job_id else f"{name}.out"
-        path = local(node, OUTPUT / pattern)
-        if path.exists():
-            found[node] = path.read_text(errors="replace")
-    return found
 
 
 def wait_for(what: str, condition, timeout: float, every: float = 0.5):
