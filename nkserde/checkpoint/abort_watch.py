@@ -27,8 +27,9 @@ then): the watcher says so on the job's stderr and execs ``scontrol requeue``.
 The batch script runs again and resumes from the newest checkpoint. A
 death with no stop before it is left alone (a crash nkserde does not
 judge; ``requeue_on_error`` covers the ones Python sees), so a run cannot
-requeue itself in a loop. Tested under the real SLURM: the requeue lands
-before SLURM ends the step (tests/test_slurm.py).
+requeue itself in a loop. The requeue lands before SLURM ends the job:
+the watcher runs it as soon as the pipe ends, while SLURM is still ending
+the step's other processes.
 
 Standard library only, and no import of nkserde: the watcher runs this
 file as a script.
@@ -45,8 +46,9 @@ import time
 # stopped_time.py's tick and slack (this file, run as a script, cannot import it)
 TICK = 1.0
 SLACK = 1.0  # a gap longer than the tick by this much is a stop, not a late wake-up
-# a death this long after the end of a stop is JAX's abort (which landed
-# within a second of the SIGCONT in every test, on a loaded machine)
+# a death this long after the end of a stop is JAX's abort (it comes
+# within seconds of the SIGCONT, when the coordination service checks the
+# heartbeats; a minute leaves a loaded machine room)
 AFTER_STOP = 60.0
 END = b"end"
 

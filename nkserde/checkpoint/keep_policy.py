@@ -116,7 +116,7 @@ def parse_keep(keep, keep_every=None) -> KeepPolicy:
         if count < 1:
             raise bad_option("keep", "a number of checkpoints >= 1 or a keep policy", keep)
         policy = KeepLatest(count)
-    if not keep_every:  # None, and 0 as it always was: no multiples kept besides the newest
+    if not keep_every:  # None or 0: no multiples kept besides the newest
         return policy
     if isinstance(keep_every, bool) or not isinstance(keep_every, int) or keep_every < 1:
         raise bad_option("keep_every", "an int >= 1 or None", keep_every)

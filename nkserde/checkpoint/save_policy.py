@@ -197,8 +197,8 @@ def parse_every(every, *, budget: float = DEFAULT_BUDGET, mtbf=None) -> SavePoli
     is, an int >= 1 (:class:`EverySteps`), a duration (``"15min"``, a
     ``timedelta``: :class:`EveryDuration`) or ``"auto"``
     (:class:`WithinBudget` of ``budget`` and ``mtbf``, which are checked
-    whatever ``every`` is, as they always were, and go with ``"auto"``
-    only); ValueError otherwise."""
+    whatever ``every`` is and go with ``"auto"`` only); ValueError
+    otherwise."""
     auto = WithinBudget(budget, mtbf)
     if isinstance(every, SavePolicy):
         if auto != WithinBudget():

@@ -17,13 +17,13 @@ a tick. A gap counts only when a SIGCONT came with it: a thread starved
 of the CPU (or the GIL) for a while is not a stop. Stops shorter than
 ``tick + SLACK`` are seen (``continued``) but not measured (0 s).
 
-The gap and the SIGCONT are not seen in a fixed order: under SLURM on a
-busy node the run's main thread ended the step it was stopped in, and
-looked, before the handler had run (the 60 s stop was measured as a step
-and the job requeued for it). So a gap without its
-SIGCONT is held for ``CONFIRM`` seconds, reported as ``awaiting`` (the
-interval is no measure), and counted when the SIGCONT comes; after that
-it was a starved thread, and is dropped.
+The gap and the SIGCONT are not seen in a fixed order: on a busy node the
+run's main thread may end the step it was stopped in, and look, before the
+handler has run (a stop taken for a step would make the guard keep time
+for steps that long). So a gap without its SIGCONT is held for ``CONFIRM``
+seconds, reported as ``awaiting`` (the interval is no measure), and
+counted when the SIGCONT comes; after that it was a starved thread, and is
+dropped.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from typing import NamedTuple
 # a gap longer than the tick by this much is a stop, not a late wake-up
 SLACK = 1.0
 TICK = 1.0
-# how long a gap waits for its SIGCONT (seconds of the clock); the handler
-# was seen up to a step (2 s) late
+# how long a gap waits for its SIGCONT (seconds of the clock): the handler
+# runs before the main thread's next bytecode, so within a step of the resume
 CONFIRM = 30.0
 
 

@@ -2,19 +2,15 @@
 checkpointed, one ``run-<i>`` subdirectory per run() call.
 
 The driver gets a class of its own, made for it alone: a subclass of its
-class whose ``run`` adds the Checkpoint. The alternatives, measured with
-the tests (issue 44):
-
-* an attribute on the driver (``driver.run = ...``, the latest
-  Checkpoint): the run's fingerprint reads the driver's fields and probes
-  a function of one argument by calling it on fixed inputs, so it started
-  two nested ``run()`` calls (3 tests of checkpointed runs that pass failed:
-  ``run-3`` numbered where ``run-1`` was due, an interrupted run that did
-  not hold back the next); and a copy of the driver (``copy.copy``,
-  ``Pytree.replace``) keeps a ``run`` bound to the original;
-* a wrapper object around the driver: ``isinstance(gs, nk.driver.VMC)``
-  is False and ``nkserde.save(gs)`` raises UnregisteredTypeError (it
-  looks registrations up by type).
+class whose ``run`` adds the Checkpoint. Not an attribute on the driver
+(``driver.run = ...``): the run's fingerprint reads the driver's fields
+and calls the functions it finds there on fixed inputs, so it would start
+a nested ``run()`` (numbering runs out of order, and letting a run follow
+an interrupted one); a copy of the driver (``copy.copy``,
+``Pytree.replace``) would keep a ``run`` bound to the original. Not a
+wrapper object around the driver: ``isinstance(gs, nk.driver.VMC)`` would
+be False and ``nkserde.save(gs)`` would find no registration (it looks
+registrations up by type).
 
 A subclass keeps the driver's type for all of them (registrations are
 found along the class's ``__mro__``; the fingerprint names the class it
