@@ -147,13 +147,6 @@ def output_prefix(logger) -> str | None:
     return prefix if isinstance(prefix, str) else None
 
 
-def is_netket_logger_module(cls) -> bool:
-    """Whether ``cls`` is defined in NetKet's logging package (HDF5Log and
-    TensorBoardLog are callbacks, not AbstractLogs), ``netket._src.logging``
-    since 3.16."""
-    return cls.__module__.startswith("netket._src.logging")
-
-
 # ------------------------------------------------------------------ run loop
 
 try:  # the stop of NetKet's generic dynamics drivers at their final time (3.22 on)

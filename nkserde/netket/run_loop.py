@@ -69,9 +69,17 @@ def running_callbacks() -> tuple:
     return tuple(list(_wrapped_chain(callback))[-1] for callback in callback_list.callbacks)
 
 
+# NetKet's loggers that are callbacks, not AbstractLogs (WandbLog from 3.23)
+LOGGER_CALLBACKS = tuple(
+    c for c in (getattr(nk.logging, name, None) for name in ("HDF5Log", "TensorBoardLog", "MLFlowLog", "WandbLog"))
+    if isinstance(c, type)
+)  # fmt: skip
+
+
 def is_logger(callback) -> bool:
-    """NetKet loggers that are callbacks themselves (HDF5Log, TensorBoardLog)."""
-    return isinstance(callback, nk.logging.AbstractLog) or internals.is_netket_logger_module(type(callback))
+    """NetKet's loggers: the AbstractLogs, and those that are callbacks
+    themselves (HDF5Log, TensorBoardLog, MLFlowLog, WandbLog)."""
+    return isinstance(callback, (nk.logging.AbstractLog, *LOGGER_CALLBACKS))
 
 
 def target(driver):
