@@ -74,13 +74,20 @@ def test_must_fails_without_a_checkpoint_that_verifies(tmp_path):
         _choose(files, resume="must")
 
 
-def test_the_lock_is_taken(tmp_path):
+def test_a_run_takes_the_lock_before_it_chooses(tmp_path):
+    """The resume takes the directory's lock before it reads anything: a
+    run on a directory another run holds is refused for that, not for its
+    fingerprint (which differs here) or its checkpoints."""
+    import builders as B
+
     files = _files(tmp_path, steps=(5,))
-    choose_checkpoint(files, "auto", RUN, every=5)
-    assert files.lock.held
-    with pytest.raises(NkserdeError, match="already running"):
-        choose_checkpoint(RunDirectory(tmp_path), "auto", RUN, every=5)
-    files.lock.release()
+    files.lock.acquire()  # another run of this process holds it
+    try:
+        with pytest.raises(NkserdeError, match="already running"):
+            B.vmc().run(2, out=None, show_progress=False, callback=nkserde.Checkpoint(tmp_path, every=5))
+        assert files.lock.held and files.read_fingerprint() == RUN
+    finally:
+        files.lock.release()
 
 
 def test_a_damaged_fingerprint_is_refused_naming_it_unless_forced(tmp_path):

@@ -42,7 +42,7 @@ JOB_SH = HERE.parent / "examples" / "slurm" / "job.sh"
 ONE, TWO = {"N_ITER": "30", "STEP_SECONDS": "1"}, {"N_ITER": "60", "STEP_SECONDS": "1"}
 STALE_AFTER = "20"  # NKSERDE_LOCK_STALE_AFTER of the runs outside SLURM (renewed every 2 s)
 PEER_TIMEOUT = "15"  # NKSERDE_PEER_TIMEOUT of the two-node job that loses a node
-KILL_AT_STEP = 12  # the runs killed mid-run: after step 12 (the newest checkpoint is step 10's)
+KILL_AT_STEP = 12  # the runs killed mid-run: after step 12 or later (the newest checkpoint: step 10's or later)
 PAUSE_AT = "10"  # the runs killed inside a save: of step 10 (the newest good checkpoint is step 5's)
 
 
