@@ -53,7 +53,7 @@ import nkserde
 from _environment import DEFAULT_PARENT, environment, parent_directory
 from nkserde import api
 from nkserde.checkpoint_files import directory
-from nkserde.checkpoint.restore import payload
+from nkserde.checkpoint.persist.saving import payload
 from nkserde.format import drain
 
 HERE = Path(__file__).resolve().parent

@@ -108,7 +108,7 @@ def _histories_scratch(scratch: Path) -> Path:
 def read_history_log(path: Path, data: bytes, scratch: Path) -> None:
     """A history log (by its magic): its header, every record to its end,
     the records replayed as a resume does."""
-    from nkserde.checkpoint import logger_histories as histories
+    from nkserde.checkpoint.persist import logger_histories as histories
     from nkserde.format import history_log
 
     if not data.startswith(history_log.MAGIC):
@@ -123,7 +123,7 @@ def resolve_histories(path: Path, data: bytes, scratch: Path) -> None:
     under the seed checkpoint, which is resolved against it and verified;
     any other input resolved as a checkpoint beside the seed history log."""
     from nkserde.checkpoint_files import directory
-    from nkserde.checkpoint import logger_histories as histories
+    from nkserde.checkpoint.persist import logger_histories as histories
     from nkserde.format import history_log
 
     where = _histories_scratch(scratch)

@@ -1,5 +1,5 @@
 """The watcher that requeues a job JAX aborted after a suspension
-(nkserde/checkpoint/abort_watch.py), with real processes and signals and a
+(nkserde/checkpoint/job/abort_watch.py), with real processes and signals and a
 stand-in ``scontrol``. Under the real SLURM: tests/test_slurm.py."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nkserde.checkpoint.abort_watch import AFTER_STOP, AbortWatch, aborted_after_a_stop
+from nkserde.checkpoint.job.abort_watch import AFTER_STOP, AbortWatch, aborted_after_a_stop
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""nkserde.checkpoint.choice: which checkpoint a run resumes (files and
+"""nkserde.checkpoint.persist.restore: which checkpoint a run resumes (files and
 fingerprints only, no NetKet run)."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import nkserde
 from nkserde.checkpoint import fingerprint
-from nkserde.checkpoint.choice import choose_checkpoint
+from nkserde.checkpoint.persist.restore import choose_checkpoint
 from nkserde.checkpoint_files.directory import RunDirectory
 from nkserde.errors import NkserdeError, RunMismatchError
 

@@ -1,4 +1,4 @@
-"""Logger histories beside the checkpoints (nkserde/checkpoint/logger_histories.py,
+"""Logger histories beside the checkpoints (nkserde/checkpoint/persist/logger_histories.py,
 nkserde/format/history_log.py): a checkpoint costs what was logged since
 the previous one, and a resume from any checkpoint that verifies restores
 every logger with its steps, each once, through retention, damaged
@@ -20,7 +20,7 @@ import builders as B
 import nkserde
 from nkserde import api
 from nkserde.checkpoint_files import content, directory
-from nkserde.checkpoint import logger_histories
+from nkserde.checkpoint.persist import logger_histories
 from nkserde.cli import listing
 from nkserde.errors import CorruptFileError, FileWriteError, LoadLimitError, UnsupportedVersionError
 from nkserde.format import history_log

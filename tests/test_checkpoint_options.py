@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import nkserde
-from nkserde.checkpoint.job_control import JobOptions
+from nkserde.checkpoint.job.control import JobOptions
 from nkserde.checkpoint.option_checks import CHOICES
 from nkserde.checkpoint.options import CheckpointOptions, InitFrom
 

@@ -1,4 +1,4 @@
-"""nkserde.checkpoint.signals: caught signals are recorded, Ctrl-C deferred
+"""nkserde.checkpoint.job.signals: caught signals are recorded, Ctrl-C deferred
 while busy, previous handlers restored."""
 
 import os
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from nkserde.checkpoint.signals import SignalCatcher
+from nkserde.checkpoint.job.signals import SignalCatcher
 
 
 def test_a_caught_signal_is_recorded_and_the_handler_restored():

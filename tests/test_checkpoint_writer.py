@@ -1,11 +1,11 @@
-"""nkserde.checkpoint.background_write: one write in flight, errors
+"""nkserde.checkpoint.persist.background_write: one write in flight, errors
 raised at the next call, a lagging write finished by the caller."""
 
 import threading
 
 import pytest
 
-from nkserde.checkpoint.background_write import BackgroundWrite, CheckpointWriter
+from nkserde.checkpoint.persist.background_write import BackgroundWrite, CheckpointWriter
 from nkserde.errors import NkserdeError
 
 
@@ -158,7 +158,7 @@ def test_a_write_a_lost_process_failed_ends_the_run_whatever_on_write_error_says
     waiting for it until JAX's heartbeat timeout. The run's thread gets the
     PeerLostError, with its missing ranks, at the end of the step."""
     from nkserde.checkpoint.keep_policy import KeepLatest
-    from nkserde.checkpoint.saving import Saver
+    from nkserde.checkpoint.persist.saving import Saver
     from nkserde.checkpoint_files.directory import RunDirectory
     from nkserde.errors import PeerLostError
 

@@ -33,7 +33,7 @@ from multiprocess import launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
 from nkserde import schema
-from nkserde.checkpoint import logger_histories as histories
+from nkserde.checkpoint.persist import logger_histories as histories
 
 SCRIPT = Path(sys.executable).with_name("nkserde")
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -596,7 +596,7 @@ def test_diff_of_two_identical_runs_leaves_the_wall_clock_out(tmp_path):
     code, data = here_json("diff", a, b, "--atol", "1e-12")
     assert code == 0 and data["same"]
     # the histories are compared whole, read from the history log as a resume reads them
-    from nkserde.checkpoint import logger_histories as histories
+    from nkserde.checkpoint.persist import logger_histories as histories
 
     history = histories.resolve(a, nkserde.load_state_dict(a))["loggers"]["RuntimeLog#0"]["history"]
     (i,) = [i for i, series in enumerate(history) if series["path"] == ["wallclock"]]

@@ -199,7 +199,7 @@ def test_old_checkpoints_resume_into_a_history_log(writer, tmp_path):
     it starts the history log with the whole histories (layout 2), the
     next ones append to it, and a later run resumes through it. The old
     files that stay (retention) are left as they are."""
-    from nkserde.checkpoint import logger_histories as histories
+    from nkserde.checkpoint.persist import logger_histories as histories
 
     expected = json.loads((FIXTURES / writer / "histories.json").read_text())
     total = expected["total"]

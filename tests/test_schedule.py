@@ -13,7 +13,7 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde.checkpoint.durations import format_duration, parse_duration
+from nkserde.checkpoint.option_checks import format_duration, parse_duration
 from nkserde.checkpoint.save_policy import (
     EveryDuration,
     EverySteps,

@@ -16,10 +16,10 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde.checkpoint import job_control, slurm
-from nkserde.checkpoint.job_control import WALLTIME, JobControl
+from nkserde.checkpoint.job import control as job_control, slurm
+from nkserde.checkpoint.job.control import WALLTIME, JobControl
 from nkserde.checkpoint.process_runs import PROCESS_RUNS
-from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
+from nkserde.checkpoint.job.walltime import SLOWDOWN, WalltimeGuard
 from nkserde.checkpoint_files.lock import DirectoryLock
 from nkserde.errors import PeerLostError
 

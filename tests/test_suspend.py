@@ -14,10 +14,10 @@ import time
 
 from test_scheduler import RUNNING, RecordingJob
 
-from nkserde.checkpoint import job_control, slurm
-from nkserde.checkpoint.job_control import JobControl
-from nkserde.checkpoint.stopped_time import CONFIRM, StoppedTime, StopsSeen
-from nkserde.checkpoint.walltime import SLOWDOWN, WalltimeGuard
+from nkserde.checkpoint.job import control as job_control, slurm
+from nkserde.checkpoint.job.control import JobControl
+from nkserde.checkpoint.job.stopped_time import CONFIRM, StoppedTime, StopsSeen
+from nkserde.checkpoint.job.walltime import SLOWDOWN, WalltimeGuard
 
 
 def test_an_interval_the_process_was_stopped_in_is_no_step():
@@ -140,10 +140,10 @@ def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
 
 CHILD = """
 import json, sys, time
-from nkserde.checkpoint import job_control, slurm
-from nkserde.checkpoint.job_control import JobControl
-from nkserde.checkpoint.stopped_time import StoppedTime
-from nkserde.checkpoint.walltime import WalltimeGuard
+from nkserde.checkpoint.job import control as job_control, slurm
+from nkserde.checkpoint.job.control import JobControl
+from nkserde.checkpoint.job.stopped_time import StoppedTime
+from nkserde.checkpoint.job.walltime import WalltimeGuard
 
 now = time.monotonic
 start = now()

@@ -1,9 +1,21 @@
 """Checkpoint and resume a NetKet run: the :class:`Checkpoint` callback and
 :func:`checkpointed`, as small parts each usable and tested alone (one line
 per module: docs/explanations/design.md, "Layout", which a test keeps
-complete). Only callback.py, restore.py, saving.py, options.py (the default
-final_stops), wrapper.py, stops.py and fingerprint/ know NetKet. The
-directory's files and what a checkpoint file holds are
+complete), in rooms:
+
+    callback.py, wrapper.py   the hooks' state machine, checkpointed()
+    options.py, option_checks.py, save_policy.py, keep_policy.py
+                              what the user configures: options checked once, policies
+    run.py, process_runs.py   one run() call and how it ended; the process's runs
+    persist/                  a checkpoint written and read back: save, background write,
+                              resume, the loggers' histories
+    job/                      the job around the run: signals, walltime, suspensions,
+                              SLURM, the requeue, the abort watch
+    fingerprint/              "is this the same script?"
+
+Only callback.py, wrapper.py, options.py (the default final_stops),
+run.py, persist/ and fingerprint/ know NetKet; job/ knows signals, clocks
+and SLURM. The directory's files and what a checkpoint file holds are
 nkserde.checkpoint_files's (below ``api``; the command line reads them).
 """
 
@@ -13,8 +25,8 @@ import importlib
 # policies, SLURM, the history logs) imports alone, without the callback
 # and NetKet.
 _NAMES = {
-    "EXIT_INTERRUPTED": ("job_control", "EXIT_INTERRUPTED"),
-    "FINAL_STOPS": ("stops", "FINAL_STOPS"),
+    "EXIT_INTERRUPTED": ("job.control", "EXIT_INTERRUPTED"),
+    "FINAL_STOPS": ("run", "FINAL_STOPS"),
     "RESUME_MODES": ("option_checks", "RESUME_MODES"),
     "Checkpoint": ("callback", "Checkpoint"),
     # when to save (every=) and what to keep (keep=): policies that combine with |

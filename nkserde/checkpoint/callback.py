@@ -46,18 +46,19 @@ from .._log import say
 from .._warnings import outside
 from ..checkpoint_files.directory import RunDirectory, unusable
 from ..errors import NkserdeError, PeerLostError, UnsupportedNetKetError
-from ..netket import run_loop
+from ..netket import internals, run_loop
 from ..processes.jax_service import multi_process
-from . import job_control, restore, slurm
-from .interruptions import Interruptions
-from .job_control import DEFAULT_SIGNALS, EXIT_INTERRUPTED, LOCK_LOST, WALLTIME
-from .logger_histories import HistoryAppender
+from .job import control as job_control, slurm
+from .persist import restore, saving
+from .job.interruptions import Interruptions
+from .job.control import DEFAULT_SIGNALS, EXIT_INTERRUPTED, LOCK_LOST, WALLTIME
+from .persist.logger_histories import HistoryAppender
 from .options import CheckpointOptions
 from .process_runs import PROCESS_RUNS
-from .run_state import Run
+from .run import Run
 from .save_policy import DEFAULT_BUDGET
-from .saving import Saver
-from .stops import FINAL_STOPS, NothingToDo, ReachedTarget, how_it_ended
+from .persist.saving import Saver
+from .run import FINAL_STOPS, NothingToDo, ReachedTarget, how_it_ended
 
 
 class Checkpoint(nk.callbacks.AbstractCallback):
@@ -243,7 +244,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             run.histories = HistoryAppender(self.directory)
             self.resumed_from, self.interrupted = None, None
             self.resumed_from = restore.resume(driver, run, self._files, self.options)
-            restore.check_storable(driver, run, self.directory)
+            saving.check_storable(driver, run, self.directory)
             # nothing of this run to save until it completes a step
             run.completed = run.last_saved = driver.step_count
             run.plan_saves(self.options.every, time.monotonic(), processes=jax.process_count())
@@ -328,6 +329,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         try:
             # NetKet calls on_run_end while handling the exception that stopped the run
             end = how_it_ended(run, driver, sys.exc_info()[1], self.options.final_stops)
+            run.completed = end.completed
+            if end.completed != driver.step_count:  # the step NetKet had not counted yet: the script's driver too
+                internals.set_step_count(driver, end.completed)
             if not end.final:
                 self.interrupted = self.interrupted or end.raiser
             if end.mid_step:  # the newest checkpoint stays what resumes

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from .keep_policy import KeepPolicy, parse_keep
-from .job_control import DEFAULT_SIGNALS, JobOptions
+from .job.control import DEFAULT_SIGNALS, JobOptions
 from .option_checks import one_of
 from .save_policy import DEFAULT_BUDGET, SavePolicy, parse_every
-from .stops import FINAL_STOPS
+from .run import FINAL_STOPS
 
 
 @dataclass(frozen=True)

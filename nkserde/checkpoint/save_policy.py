@@ -40,7 +40,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from .durations import format_duration, parse_duration
+from .option_checks import format_duration, parse_duration
 from .option_checks import bad_option, combined, whole
 
 DEFAULT_BUDGET = 0.01

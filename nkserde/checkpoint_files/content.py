@@ -7,7 +7,7 @@ ls) tells one by :func:`is_checkpoint`. Knows no NetKet and no files.
 
 Layout 2 (``LAYOUT``; files without the key are layout 1): a logger whose
 history is in the directory's history log is stored as a
-``LOGGER_HISTORY`` stub (nkserde/checkpoint/logger_histories.py), and
+``LOGGER_HISTORY`` stub (nkserde/checkpoint/persist/logger_histories.py), and
 ``HISTORY`` is the log's position at the checkpoint (None when no
 logger's history is there). In layout 1 every logger holds its whole
 history; layout 1 files are read as they are.
@@ -43,7 +43,7 @@ def payload(driver, completed_steps: int, stopped: bool, target, loggers, callba
         LOGGERS: loggers,
         CALLBACKS: callbacks,
         LAYOUT: LAYOUT_VERSION,
-        HISTORY: None,  # set as the checkpoint is written (nkserde.checkpoint.logger_histories)
+        HISTORY: None,  # set as the checkpoint is written (nkserde.checkpoint.persist.logger_histories)
     }
 
 

@@ -6,7 +6,7 @@ what is *in* a checkpoint file is nkserde.checkpoint_files.content's).
     ckpt/                      a Checkpoint's directory
       step-0000000015.nks      one checkpoint: 15 completed steps
       history-000001.nkh       the loggers' histories the checkpoints refer to
-                               (nkserde.format.history_log; nkserde.checkpoint.logger_histories)
+                               (nkserde.format.history_log; nkserde.checkpoint.persist.logger_histories)
       fingerprint.json         what defines the run (nkserde.checkpoint.fingerprint)
       .lock                    while a run uses the directory (nkserde.checkpoint_files.lock)
       error-requeues           how often SLURM jobs of the run were requeued after it failed

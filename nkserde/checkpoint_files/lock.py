@@ -3,7 +3,7 @@ time on a directory, and a lock its owner left behind (a killed job, a node
 that crashed or lost power) taken over by the next run without a person,
 on this host or another. Knows files and processes (no NetKet, no
 registry); SLURM through the function it is handed. Process 0 of a run
-takes it (:func:`nkserde.checkpoint.choice.choose_checkpoint`).
+takes it (:func:`nkserde.checkpoint.persist.restore.choose_checkpoint`).
 
 What it holds is one line of text naming its owner
 (:class:`~nkserde.checkpoint_files.lock_owner.Owner`): host, pid, boot id,
@@ -79,7 +79,7 @@ _clock = time.monotonic  # the clock a watch of the lock reads (a test's in its 
 class DirectoryLock:
     """``<directory>/.lock`` (see the module): :meth:`acquire` takes it or
     raises; :meth:`release` removes it. ``jobs``: SLURM's record of a job
-    (``nkserde.checkpoint.slurm.job_record``), to judge a lock another job
+    (``nkserde.checkpoint.job.slurm.job_record``), to judge a lock another job
     holds; None judges such a lock by its lease."""
 
     def __init__(self, directory: Path, jobs: JobStates | None = None):

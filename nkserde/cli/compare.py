@@ -28,7 +28,7 @@ def _read(path: Path, kept: list):
         # layout 2: the loggers' histories are in the directory's history
         # log; compare them whole, as a resume restores them (this imports
         # NetKet: diff is no header-only command)
-        from ..checkpoint import logger_histories as histories
+        from ..checkpoint.persist import logger_histories as histories
 
         state = histories.resolve(path, state)
     return path, state

@@ -6,7 +6,7 @@ loss).
 Read from the header and the few arrays shown, without NetKet: a
 checkpoint file holds the payload of nkserde.checkpoint_files.content; the loggers'
 "history" follows the schema of nkserde/netket/loggers.py (in layout 2 a
-stub of nkserde/checkpoint/logger_histories.py holds its last row), TDVP's time
+stub of nkserde/checkpoint/persist/logger_histories.py holds its last row), TDVP's time
 that of nkserde/netket/dynamics.py (a ``KahanSum``). Verifying a checkpoint
 streams it whole, and the history log records it refers to, keeping
 nothing.

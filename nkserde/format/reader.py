@@ -211,7 +211,7 @@ def verify_steps(path):
     """Checks every checksum and the structure of a file, as
     :func:`read_file` does, as a generator yielding after every
     ``codecs.CHUNK`` bytes read (any thread may advance it; see
-    nkserde.checkpoint.background_write). Raw arrays are checksummed as they stream through
+    nkserde.checkpoint.persist.background_write). Raw arrays are checksummed as they stream through
     one buffer; nothing is kept. A file whose arrays a load would refuse
     (``max_load_bytes``) does not verify either: what verifies is what
     loads. Returns the header."""

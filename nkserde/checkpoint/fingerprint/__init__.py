@@ -14,13 +14,10 @@ data out (``LocalOperatorJax`` shows no couplings).
     walk.py         any object as entries, field by field; arrays, spaces, graphs
     operators.py    operators by their action; their numbers and Pauli terms
     optimizers.py   optax optimizers by their effect; their kind and hyperparameters
-    functions.py    functions of one argument by their values on fixed inputs
-    probe_results.py  the probes' results, kept in the result cache
+    functions.py    functions of one argument by their values on fixed inputs; the probes' results, kept
     parts.py        the parts and names of Python objects
-    texts.py        numbers, hashes, digests as text
-    entries.py      the flat dict: versions, readable entries, hash prefixes
-    compare.py      two fingerprints compared, each change in words
-    upgrade.py      a version 2 fingerprint in version 3's keys
+    entries.py      the flat dict: versions, readable entries, hash prefixes; numbers, hashes, digests as text
+    compare.py      two fingerprints compared, each change in words; version 2 in version 3's keys
 """
 
 from .compare import changes, comparable, differences

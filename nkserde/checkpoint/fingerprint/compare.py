@@ -1,24 +1,32 @@
 """Two fingerprints compared, each change worded in the user's words
 (``operator: Ising h 1.0 -> 1.5``, ``optimizer: adam learning_rate 0.01 ->
 0.02``, ``model: RBM alpha 1 -> 2``); a hash only where nothing readable
-exists, with the object it stands for."""
+exists, with the object it stands for. A fingerprint of version 2 (nkserde
+before version 3) is compared in version 3's keys, as far as its text
+allows (:func:`upgrade`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
 
+from . import optimizers
 from .entries import (
     COMPARED_VERSIONS,
     CONTENT,
+    EFFECT,
+    FUNCTION,
     KIND,
     LOCAL_FUNCTION,
+    READABLE,
+    VERSION,
     VERSION_2,
+    add_readable,
     decisive,
+    direct_children,
     is_hash,
     readable,
 )
-from .upgrade import upgrade
 
 _SHOWN_TERMS = 8  # term lines in one refusal, per operator
 _CONTAINERS = {"dict", "FrozenDict", "list", "tuple", "partial"}
@@ -171,3 +179,45 @@ def _short_name(kind: str) -> str:
     if not m:
         return kind
     return m.group("factory") if m.group("function") in _GENERIC_FUNCTIONS else m.group("function")
+
+
+# ------------------------------------------------- version 2 in version 3's keys
+
+
+_FLOAT_ARRAY_V2 = re.compile(r"^(float|complex|bfloat)\d*\[[\d, ]*\] [0-9a-f]{16}$")
+
+
+def upgrade(saved: dict, current: dict) -> dict:
+    """A version 2 fingerprint in version 3's keys, as far as its text
+    allows (``current``, the run's version 3 fingerprint, says which keys
+    are optimizers and probed functions); other versions as they are."""
+    if saved.get("fingerprint_version") != "2":
+        return saved
+    old = dict(saved)
+    for key, text in current.items():
+        if key.endswith(f"{READABLE}{VERSION_2}"):
+            decisive = key[: -len(f"{READABLE}{VERSION_2}")]
+            if saved.get(decisive) == text:  # what version 2 writes for the run's own object
+                old[decisive] = current[decisive]
+            continue
+        if READABLE in key:
+            continue
+        if _FLOAT_ARRAY_V2.match(saved.get(key, "")) and not _FLOAT_ARRAY_V2.match(text):
+            del old[key]  # a hash of its bytes: not comparable with one of its values
+            continue
+        if text.startswith(EFFECT):  # an optimizer: v2 described its closures
+            labels = optimizers.labels(saved, f"{key}.update")
+            _drop(old, key)
+            add_readable(old, key, labels)
+        elif text.startswith(FUNCTION) and key in saved:  # v2: name, closure values and defaults
+            labels = {KIND: saved[key], **direct_children(saved, key)}
+            _drop(old, key)
+            add_readable(old, key, labels)
+    old["fingerprint_version"] = str(VERSION)
+    return old
+
+
+def _drop(fp: dict, key: str) -> None:
+    """Removes ``key`` and the entries below it."""
+    for k in [k for k in fp if k == key or k.startswith(f"{key}.")]:
+        del fp[k]

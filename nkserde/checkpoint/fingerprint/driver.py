@@ -17,9 +17,8 @@ import optax
 
 from ...netket import internals
 from . import functions
-from .entries import VERSION
+from .entries import VERSION, without_addresses
 from .parts import class_name
-from .texts import without_addresses
 from .walk import describe_operator, describe_optimizer, flatten
 
 

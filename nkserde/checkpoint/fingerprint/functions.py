@@ -1,5 +1,8 @@
 """Functions of one argument by what they compute: their values on fixed
-inputs (the probe), kept in the result cache.
+inputs (the probe); and what every probe computed (an operator's action, a
+function on its inputs, an optimizer's updates), kept in the result cache
+(:mod:`nkserde.caches.results`) under :mod:`nkserde.caches.content_key`:
+a resumed process takes them from there instead of computing them again.
 
 Two probes: :data:`ACTIVATION` (a model's functions, on fixed real and
 complex numbers) and :data:`SCHEDULE` (anything else, such as a
@@ -14,8 +17,8 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
-from . import probe_results
-from .texts import number
+from ...caches import content_key, results as result_cache
+from .entries import VERSION, number
 
 ACTIVATION = "activation"  # probe functions on real and complex inputs (a model's)
 SCHEDULE = "schedule"  # probe functions at fixed steps (everything else)
@@ -57,9 +60,7 @@ def probe_function(f, probe: str) -> list[np.ndarray] | None:
 def call(f, x) -> np.ndarray | None:
     """``f`` on the probe ``x``, as complex numbers (None: not a function of
     numbers); kept in the result cache."""
-    return probe_results.memoized(
-        "call", (f, x), lambda: computed_call(f, x), probe_results.encode_numbers, probe_results.decode_numbers
-    )
+    return memoized("call", (f, x), lambda: computed_call(f, x), encode_numbers, decode_numbers)
 
 
 def computed_call(f, x) -> np.ndarray | None:
@@ -96,3 +97,37 @@ def values_text(values: np.ndarray) -> str:
         return ", ".join(number(v, 6) for v in values[: len(_SHOWN_STEPS)])
     shown = {int(s): v for s, v in zip(PROBE_STEPS, values)}
     return ", ".join(f"{s}: {number(shown[s], 6)}" for s in _SHOWN_STEPS)
+
+
+# ------------------------------------------------------------ the probes' results
+
+
+def memoized(kind: str, parts: tuple, compute, encode, decode):
+    """``compute()``, or what it returned in an earlier process for the same
+    ``parts`` (:func:`nkserde.caches.results.memoized`, keyed by
+    :func:`nkserde.caches.content_key.key`: nothing is kept where a
+    part cannot be described by its content, or without a cache)."""
+    key = content_key.key(f"fingerprint {VERSION} {kind}", *parts) if result_cache.directory() is not None else None
+    return result_cache.memoized(key, compute, encode, decode)
+
+
+def not_a_stored_result():
+    """Raises what a decoder raises for a kept value it does not recognise."""
+    raise ValueError("not a stored result")
+
+
+def encode_numbers(a: np.ndarray | None):
+    """Complex numbers (1-d) as JSON: ``[real parts, imaginary parts]``."""
+    return None if a is None else [a.real.tolist(), a.imag.tolist()]
+
+
+def decode_numbers(stored) -> np.ndarray | None:
+    """The inverse of :func:`encode_numbers` (ValueError: not its output)."""
+    if stored is None:
+        return None
+    real, imag = (np.asarray(part, dtype=float) for part in stored)
+    if real.ndim != 1 or real.shape != imag.shape:
+        not_a_stored_result()
+    out = np.empty(real.shape, complex)
+    out.real, out.imag = real, imag
+    return out

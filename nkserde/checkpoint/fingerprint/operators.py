@@ -21,9 +21,8 @@ import jax
 import netket as nk
 import numpy as np
 
-from . import probe_results
-from .entries import KIND, VERSION
-from .texts import number, sha
+from . import functions
+from .entries import KIND, VERSION, number, sha
 
 _MAX_STATES = 4096  # enumerate smaller spaces completely
 _SAMPLED_STATES = 64
@@ -47,12 +46,12 @@ def uncountable(op) -> bool:
 
 def action_digest(op, version: int = VERSION) -> str | None:
     """:func:`computed_action_digest`, kept in the result cache."""
-    return probe_results.memoized(
+    return functions.memoized(
         "action",
         (op, version, _MAX_STATES, _SAMPLED_STATES),
         lambda: computed_action_digest(op, version),
         lambda digest: digest,
-        lambda stored: stored if stored is None or isinstance(stored, str) else probe_results.not_a_stored_result(),
+        lambda stored: stored if stored is None or isinstance(stored, str) else functions.not_a_stored_result(),
     )
 
 

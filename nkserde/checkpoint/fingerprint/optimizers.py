@@ -14,11 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from . import probe_results
-from .entries import DEFAULT, KIND, LOCAL_FUNCTION
+from . import functions
+from .entries import DEFAULT, KIND, LOCAL_FUNCTION, quantized_digest
 from .functions import PROBE_STEPS, call, one_argument
 from .parts import MAX_DEPTH, children
-from .texts import quantized_digest
 
 _OPTIMIZER_STEPS = 3
 
@@ -173,12 +172,12 @@ def effect(tx, parameters, schedule_functions) -> str | None:
 def _updates(tx, shapes, dtype) -> list[np.ndarray]:
     """The updates of three steps of ``tx`` (as complex numbers); kept in
     the result cache (an optimizer that raises is tried again)."""
-    return probe_results.memoized(
+    return functions.memoized(
         "optimizer updates",
         (tx, shapes, dtype),
         lambda: [np.ravel(np.asarray(u)).astype(complex) for u in computed_updates(tx, shapes, dtype)],
-        lambda arrays: [probe_results.encode_numbers(a) for a in arrays],
-        lambda stored: [probe_results.decode_numbers(a) for a in stored],
+        lambda arrays: [functions.encode_numbers(a) for a in arrays],
+        lambda stored: [functions.decode_numbers(a) for a in stored],
     )
 
 

@@ -37,7 +37,7 @@ from .entries import (
     direct_children,
 )
 from .parts import MAX_DEPTH, children, is_function, type_name
-from .texts import entries_digest, number, quantized_digest, sha, without_addresses
+from .entries import entries_digest, number, quantized_digest, sha, without_addresses
 
 _SKIPPED_FIELDS = {
     "parent",  # flax bookkeeping

@@ -1,5 +1,5 @@
 """What a checkpointed run does about the job it runs in: stop before the
-job's time is up (:class:`~nkserde.checkpoint.walltime.WalltimeGuard`),
+job's time is up (:class:`~nkserde.checkpoint.job.walltime.WalltimeGuard`),
 tell why a signal came, and requeue the job when the scheduler interrupted
 it. Knows SLURM (through :mod:`.slurm`) and messages; no NetKet, no files.
 
@@ -21,10 +21,9 @@ import logging
 import signal
 from dataclasses import dataclass
 
-from .._log import say
-from .durations import format_duration
-from .option_checks import bad_option, is_number, one_of, whole
-from .process_runs import PROCESS_RUNS
+from ..._log import say
+from ..option_checks import bad_option, format_duration, is_number, one_of, whole
+from ..process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
 from .stopped_time import StoppedTime
 from .walltime import WalltimeGuard

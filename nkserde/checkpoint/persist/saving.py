@@ -1,5 +1,7 @@
-"""The save path of a checkpointed run: a checkpoint of the driver at a
-step boundary, written (in the background or not) and verified, then the
+"""The save path of a checkpointed run: what a checkpoint holds
+(:func:`payload`: the driver, the end of the run, its loggers and
+callbacks), a checkpoint of the driver at a step boundary, written (in the
+background from a host copy of the state, or not) and verified, then the
 checkpoints the keep policy no longer keeps retired; a write that fails
 warned about or raised (``on_write_error``; a write that failed because a
 process of the run is gone always ends the run), a deletion that fails
@@ -18,19 +20,45 @@ import time
 import warnings
 
 import jax
+import numpy as np
 
-from .. import api
-from .._log import say
-from .._warnings import outside
-from ..checkpoint_files import content as checkpoint_file
-from ..checkpoint_files.directory import RunDirectory
-from ..errors import NkserdeError, PeerLostError
-from ..placement import primary
-from ..processes.jax_service import coordination_name
+from ... import api
+from ..._log import say
+from ..._warnings import outside
+from ...checkpoint_files import content as checkpoint_file
+from ...checkpoint_files.directory import RunDirectory
+from ...errors import NkserdeError, PeerLostError, in_file
+from ...netket import run_loop
+from ...placement import map_arrays, primary
+from ...processes.jax_service import coordination_name
+from ..run import Run, keyed
 from .background_write import CheckpointWriter
-from .restore import payload
-from .run_state import Run
-from .snapshot import host_copy
+
+
+def payload(driver, run: Run, completed: int, stopped: bool = False) -> dict:
+    """What the checkpoint of step ``completed`` holds: the driver, the end
+    of the run, whether it stopped for good, and process 0's loggers and
+    callbacks (loggers write there only, timers start at slightly different
+    times on each process)."""
+    return checkpoint_file.payload(
+        driver,
+        completed,
+        stopped,
+        # the end the run was going to (a final stop is continued by a
+        # rerun that asks for more)
+        run_loop.target(driver),
+        loggers=primary(keyed(run.loggers)),
+        callbacks=primary(keyed(run.callbacks)),
+    )
+
+
+def check_storable(driver, run: Run, directory) -> None:
+    """Fails now, not at the first checkpoint ``every`` steps in, if
+    something in the run cannot be stored."""
+    try:
+        api.check_storable(payload(driver, run, driver.step_count))
+    except NkserdeError as exc:
+        raise in_file(exc, f"{directory}: this run cannot be checkpointed") from None
 
 
 class Saver:
@@ -166,3 +194,26 @@ class Saver:
             yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
             # a deletion that fails is not a failure of this write: said apart
             self.files.retire(self.keep, completed, failed=self._retire_failures)
+
+
+def host_copy(state):
+    """The state dict with a private copy of every array the run could change
+    before the background write reads it. Read-only views of JAX buffers are
+    kept as they are: a JAX array is immutable and the view keeps its buffer
+    alive (NetKet donates no buffers), so copying them would only cost time.
+    Everything backed by numpy memory (numpy sampler chains, logger
+    histories) is copied."""
+    return map_arrays(lambda a: a if _immutable_view(a) else np.array(a, copy=True), state)
+
+
+def _immutable_view(a: np.ndarray) -> bool:
+    if a.flags.writeable:
+        return False
+    base = a
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):  # np.asarray(jax_array) on CPU: a view of its buffer
+        base = base.obj
+    # None: numpy owns the memory (a read-only flag can be lifted again);
+    # bytearrays and mmaps can be written elsewhere. A JAX array cannot.
+    return isinstance(base, jax.Array)

@@ -29,7 +29,7 @@ import threading
 import time
 import weakref
 
-from ..errors import NkserdeError
+from ...errors import NkserdeError
 
 
 class BackgroundWrite:

@@ -17,20 +17,23 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 import jax
 
-from .._log import say
-from ..checkpoint_files.directory import RunDirectory
-from ..processes.jax_service import coordination_name, multi_process, stop_flag
-from . import job_control
+from ..._log import say
+from ...checkpoint_files.directory import RunDirectory
+from ...processes.jax_service import coordination_name, multi_process, stop_flag
+from . import control
 from .abort_watch import AbortWatch
-from .job_control import LOCK_LOST, WALLTIME, JobControl, JobOptions
-from .process_runs import PROCESS_RUNS
-from .run_state import Run
+from .control import LOCK_LOST, WALLTIME, JobControl, JobOptions
+from ..process_runs import PROCESS_RUNS
 from .signals import SignalCatcher
 from .slurm import current_job
 from .stopped_time import StoppedTime
+
+if TYPE_CHECKING:
+    from ..run import Run
 
 
 class Interruptions:
@@ -73,7 +76,7 @@ class Interruptions:
             now=time.monotonic(),
         )
         if multi_process() and self.job.job is not None:
-            job_control.warn_if_suspending(self.job.job, str(self.directory))
+            control.warn_if_suspending(self.job.job, str(self.directory))
             if self.options.requeue != "never":
                 try:
                     self._abort_watch = AbortWatch.start(self.job.job.job_id, str(self.directory))
@@ -126,7 +129,7 @@ class Interruptions:
             job.stopped_time.close()
             job.stopped_time = None
         if current_job() is not None:  # every process of the job
-            job_control.absorb_late_signals(self.options.signals)
+            control.absorb_late_signals(self.options.signals)
         return job
 
     def requeue_after_error(self, job: JobControl | None, files: RunDirectory) -> None:

@@ -23,8 +23,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-from ..checkpoint_files.lock_owner import JobRecord
-from ..errors import NkserdeError
+from ...checkpoint_files.lock_owner import JobRecord
+from ...errors import NkserdeError
 
 # slurmctld answers within its MessageTimeout (10 s by default); a command
 # stuck past this is treated as failed

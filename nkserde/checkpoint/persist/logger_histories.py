@@ -41,12 +41,12 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from ..checkpoint_files import content as checkpoint_file, directory
-from .._log import say
-from ..errors import CorruptFileError, NkserdeError, UnsupportedVersionError, in_file
-from ..format import history_log
-from ..format.tree_codec import TYPE, VERSION
-from ..placement import Primary, primary
+from ...checkpoint_files import content as checkpoint_file, directory
+from ..._log import say
+from ...errors import CorruptFileError, NkserdeError, UnsupportedVersionError, in_file
+from ...format import history_log
+from ...format.tree_codec import TYPE, VERSION
+from ...placement import Primary, primary
 
 # the loggers whose "history" field is a list of time series (nkserde/netket/loggers.py)
 HISTORY_TYPES = frozenset({"netket.logging.RuntimeLog", "netket.logging.JsonLog"})
@@ -237,7 +237,7 @@ def _no_history_steps():
 
 
 def _version() -> str:
-    from .. import __version__
+    from ... import __version__
 
     return __version__
 

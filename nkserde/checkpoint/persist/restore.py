@@ -1,56 +1,43 @@
-"""What a checkpoint holds of a run and how a resume puts it back.
+"""A resume: which checkpoint a run takes up, and how it is put back.
 
-A checkpoint holds the driver, the history of the run's loggers and the
-state of its stateful callbacks (:func:`payload`), keyed so that a later
-run of the script finds them again (:func:`keyed`). At the start of a run
-(:func:`resume`) process 0 decides what to resume (lock, fingerprint,
-newest checkpoint that verifies), every process loads it, and the driver,
-loggers and callbacks get its numbers *in place*: the objects the script
-holds are the ones restored. A run with no checkpoint of its own may start
-from another run's variational state (``init_from``). Uses nkserde like a
-user does: ``load_state_dict``, ``from_state_dict``, ``check_storable``.
+At the start of a run (:func:`resume`) process 0 takes the directory's
+lock, every process of the run checks that it sees it, and process 0
+chooses what to resume (:func:`choose_checkpoint`: the resume mode, the
+fingerprint, the newest checkpoint that verifies); every process loads it,
+and the driver, its loggers and callbacks (found by the names
+:func:`nkserde.checkpoint.run.keyed` gives them) get its numbers *in
+place*: the objects the script holds are the ones restored. A run with no
+checkpoint of its own may start from another run's variational state
+(``init_from``). Uses nkserde like a user does: ``load_state_dict``,
+``from_state_dict``.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import socket
 import warnings
 from pathlib import Path
 
 import jax
+import msgpack
 
-from .. import api
-from ..caches import jax_executables as jax_cache
-from .._log import say
-from .._warnings import outside
-from ..checkpoint_files import content as checkpoint_file
-from ..checkpoint_files.directory import RunDirectory
-from ..errors import NkserdeError, in_file
-from ..netket import internals, loggers as netket_loggers, run_loop
-from ..netket.callbacks import stateful
-from ..placement import primary
-from ..processes.jax_service import coordination_name, on_process_0
-from . import fingerprint as run_fingerprint
+from ... import api
+from ...caches import jax_executables as jax_cache
+from ..._log import say
+from ..._warnings import outside
+from ...checkpoint_files import content as checkpoint_file
+from ...checkpoint_files.directory import RunDirectory
+from ...errors import CorruptFileError, DistributedSaveError, NkserdeError, RunMismatchError, in_file
+from ...format import bounded
+from ...netket import internals, loggers as netket_loggers, run_loop
+from ...netket.callbacks import stateful
+from ...processes.jax_service import coordination_name, group, multi_process, on_process_0
+from .. import fingerprint as run_fingerprint
 from . import logger_histories
-from .choice import choose_checkpoint, seen_by_every_process
-from .options import CheckpointOptions, InitFrom
-from .run_state import Run
-
-
-def keyed(objects) -> dict:
-    """Stable names for the run's loggers and callbacks, so a checkpoint
-    matches them even if the script adds or removes one: the JsonLog's
-    output prefix, else the type and its rank among objects of that type."""
-    keyed, seen = {}, {}
-    for obj in objects:
-        name = type(obj).__name__
-        prefix = internals.output_prefix(obj)
-        if prefix is not None:
-            key = f"{name}:{prefix}"
-        else:
-            seen[name] = seen.get(name, -1) + 1
-            key = f"{name}#{seen[name]}"
-        keyed[key] = obj
-    return keyed
+from ..options import CheckpointOptions, InitFrom
+from ..run import Run, keyed
 
 
 def run_objects(extra_loggers, *, checkpoints: type) -> tuple[tuple, tuple]:
@@ -78,32 +65,6 @@ def run_objects(extra_loggers, *, checkpoints: type) -> tuple[tuple, tuple]:
         if stateful(c) and not isinstance(c, checkpoints) and not hasattr(c, "logger") and not run_loop.is_logger(c)
     )
     return stored_loggers, stored_callbacks
-
-
-def payload(driver, run: Run, completed: int, stopped: bool = False) -> dict:
-    """What the checkpoint of step ``completed`` holds: the driver, the end
-    of the run, whether it stopped for good, and process 0's loggers and
-    callbacks (loggers write there only, timers start at slightly different
-    times on each process)."""
-    return checkpoint_file.payload(
-        driver,
-        completed,
-        stopped,
-        # the end the run was going to (a final stop is continued by a
-        # rerun that asks for more)
-        run_loop.target(driver),
-        loggers=primary(keyed(run.loggers)),
-        callbacks=primary(keyed(run.callbacks)),
-    )
-
-
-def check_storable(driver, run: Run, directory) -> None:
-    """Fails now, not at the first checkpoint ``every`` steps in, if
-    something in the run cannot be stored."""
-    try:
-        api.check_storable(payload(driver, run, driver.step_count))
-    except NkserdeError as exc:
-        raise in_file(exc, f"{directory}: this run cannot be checkpointed") from None
 
 
 def resume(driver, run: Run, files: RunDirectory, options: CheckpointOptions) -> int | None:
@@ -233,3 +194,109 @@ def _assign(live, restored, skip=()):
     for name, value in vars(restored).items():
         if name not in skip:
             object.__setattr__(live, name, value)
+
+
+# ------------------------------------------------------- process 0's choice
+
+
+def seen_by_every_process(files: RunDirectory, line: str, decide, name: str, failed: str, what: str):
+    """``decide()`` on process 0 once every process of the run has read the
+    lock process 0 took (``line``); its result (JSON-able) on every process,
+    in one round (about 3P requests). A process that does not see the lock
+    (a checkpoint directory on a node's local disk, /tmp or $TMPDIR) fails
+    the run's start on every process, naming the processes and their hosts,
+    before anything else is written. ``name``, ``failed``, ``what``: as
+    :func:`nkserde.processes.jax_service.on_process_0`'s. One process:
+    just ``decide()``."""
+    if not multi_process():
+        return decide()
+    try:
+        seen = bounded.read_capped(files.lock.path, 4096, "lock file").decode(errors="replace").strip()
+    except (OSError, NkserdeError):
+        seen = ""
+
+    def check_and_decide(messages: list[bytes]) -> bytes:
+        blind = [(rank, host) for rank, (host, text) in enumerate(map(msgpack.unpackb, messages)) if text != line]
+        if blind:
+            who = ", ".join(f"process {rank} on host {host}" for rank, host in blind[:8])
+            raise NkserdeError(
+                f"{files.path}: {who} does not see the file process 0 created ({files.lock.path}): the checkpoint "
+                "directory must be on a file system shared by all processes (not a node's local disk: /tmp, $TMPDIR)"
+            )
+        return json.dumps(decide()).encode()
+
+    message = msgpack.packb([socket.gethostname(), seen])
+    try:
+        answer = group(name).round(message, check_and_decide, what=what)
+    except DistributedSaveError as exc:
+        if jax.process_index() == 0 or type(exc) is not DistributedSaveError:
+            raise
+        raise DistributedSaveError(f"{failed}: {exc}") from None
+    return json.loads(answer)
+
+
+def choose_checkpoint(files: RunDirectory, resume: str, current: dict, *, every) -> tuple[Path, dict] | None:
+    """With the directory's lock held, applies the resume mode (``"never"``
+    moves old checkpoints aside), compares the stored fingerprint with
+    ``current`` (the run's), and returns (path, state dict) of the newest
+    checkpoint that reads and verifies, or None for a fresh start (the
+    fingerprint is then written). Damaged or unreadable checkpoints are
+    skipped with a warning.
+
+    A fingerprint of an older version that is still compared (version 2)
+    is written anew at today's version once the run resumes.
+
+    Raises RunMismatchError: the run changed (unless ``resume="force"``);
+    NkserdeError: the lock is held, or ``resume="must"`` and nothing can be
+    resumed."""
+    directory = files.path
+    if resume == "never" and files.has_history():
+        files.move_aside()
+    existing = files.steps()
+    if not existing:
+        if resume == "must":
+            raise NkserdeError(f"{directory}: resume='must' but there is no checkpoint to resume")
+        files.write_fingerprint(current)
+        say(f"{directory}: no checkpoint, starting fresh (a checkpoint {every})")
+        return None
+    try:
+        saved = files.read_fingerprint()
+    except CorruptFileError as exc:
+        if resume != "force":
+            raise NkserdeError(f"{exc} (resume='force' resumes anyway and writes it anew)") from None
+        say(f"resume='force': {exc}; not compared", logging.WARNING)
+        saved = {}
+    if saved:
+        changes = run_fingerprint.changes(saved, current)
+        if changes and resume != "force":
+            raise RunMismatchError(
+                f"{directory}: the run differs from the one that wrote these checkpoints "
+                f"({files.fingerprint_path} -> this script):\n  " + "\n  ".join(changes) + "\n"
+                "Run the script that wrote them, or pass resume='force' to resume them with these settings, "
+                "or resume='never' to start fresh (the old checkpoints are moved to previous-<time>/)",
+                directory=directory,
+                changes=changes,
+            )
+        if changes:
+            say(
+                f"{directory}: resume='force': resuming despite {len(changes)} changes; the new settings apply",
+                logging.WARNING,
+            )
+        if not run_fingerprint.comparable(saved):
+            say(f"{directory}: fingerprint.json was written by an older nkserde; not compared")
+    found = files.resume_file(_read_whole, warn=True)
+    if found is not None:
+        if resume == "force" or saved.get("fingerprint_version") != current.get("fingerprint_version"):
+            files.write_fingerprint(current)  # an older version (compared or not) is replaced by today's
+        return found
+    if resume == "must":
+        raise NkserdeError(f"{directory}: no checkpoint verifies; nothing to resume")
+    files.write_fingerprint(current)
+    return None
+
+
+def _read_whole(path: Path) -> dict:
+    """The checkpoint's state dict, read whole (every checksum verified) with
+    its loggers' histories from the history log: the read
+    :func:`nkserde.checkpoint_files.directory.check` stands for."""
+    return logger_histories.resolve(path, api.load_state_dict(path))

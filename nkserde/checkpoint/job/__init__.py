@@ -1,0 +1,7 @@
+"""The job around a checkpointed run: what stops it before its end and what
+follows (nkserde.checkpoint.job.interruptions, the one entry point of the
+Checkpoint), the signals it catches (signals.py), the walltime guard
+(walltime.py) and the time the process was suspended (stopped_time.py),
+the SLURM job (slurm.py), its requeue (control.py) and the watcher that
+requeues a job JAX aborted (abort_watch.py). Signals, clocks and SLURM's
+commands; no NetKet, no files."""
