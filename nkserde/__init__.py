@@ -54,6 +54,8 @@ __all__ = [
     "Checkpoint",
     "EveryDuration",
     "EverySteps",
+    "InitFrom",
+    "JobOptions",
     "KeepAny",
     "KeepLatest",
     "KeepMultiples",

@@ -4,8 +4,6 @@ first use of any of them (nkserde/__init__.py): it imports JAX, NetKet and
 the NetKet registrations, which the command line's header readers do
 without."""
 
-import inspect
-
 from .api import from_state_dict, info, load, load_state_dict, save, save_state_dict, state_dict, verify
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
 from .format.limits import set_load_limits
@@ -19,6 +17,8 @@ from .netket._common import find as _find
 
 from .checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples
 from .checkpoint.save_policy import EveryDuration, EverySteps, SaveAny, WithinBudget
+from .checkpoint.job.control import JobOptions
+from .checkpoint.options import InitFrom
 
 if _find("netket.callbacks.AbstractCallback") is not None:
     from .checkpoint import Checkpoint, checkpointed
@@ -26,24 +26,5 @@ else:  # NetKet 3.21: no callback API to hook a checkpoint into
     from ._no_callback_api import Checkpoint, checkpointed
 
 
-def _signature_of_init(cls) -> inspect.Signature:
-    """``cls(...)``'s parameters: its ``__init__``'s without ``self``."""
-    init = inspect.signature(cls.__init__)
-    return init.replace(parameters=list(init.parameters.values())[1:], return_annotation=inspect.Signature.empty)
-
-
 # the caches beside JAX's, before a Checkpoint's first step (nkserde.caches.automatic)
 _automatic_caches.complete()
-
-if isinstance(Checkpoint, type):
-    # NetKet's callbacks are Pytrees, whose metaclass defines __call__(*args,
-    # **kwargs): help(), IDEs and the API page would show that, not the options
-    Checkpoint.__signature__ = _signature_of_init(Checkpoint)
-    # checkpointed(driver, directory, **options) passes the options to Checkpoint
-    _wrapper = inspect.signature(checkpointed)
-    checkpointed.__signature__ = _wrapper.replace(
-        parameters=[
-            *(p for p in _wrapper.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD),
-            *(p for p in Checkpoint.__signature__.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY),
-        ]
-    )

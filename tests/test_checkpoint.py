@@ -157,7 +157,9 @@ def test_resume_must_fails_without_checkpoint(tmp_path):
 
 
 def test_retention_keeps_newest_and_every_kth(tmp_path):
-    ckpt = nkserde.Checkpoint(tmp_path, every=1, keep=2, keep_every=4, async_save=False)
+    ckpt = nkserde.Checkpoint(
+        tmp_path, every=1, keep=nkserde.KeepLatest(2) | nkserde.KeepMultiples(4), async_save=False
+    )
     B.vmc().run(9, out=None, show_progress=False, callback=ckpt)
     assert ckpt.steps() == [4, 8, 9]
 

@@ -20,12 +20,14 @@ import builders as B
 import nkserde
 from nkserde import api
 from nkserde.checkpoint_files import content, directory
+
 from nkserde.checkpoint.persist import logger_histories
 from nkserde.cli import listing
 from nkserde.errors import CorruptFileError, FileWriteError, LoadLimitError, UnsupportedVersionError
 from nkserde.format import history_log
 
 N_STEPS = 8
+KEEP = nkserde.KeepLatest(2) | nkserde.KeepMultiples(3)  # steps 3, 6 and the newest two
 SERIES = ("Energy", "acceptance")
 
 
@@ -133,7 +135,7 @@ def test_every_checkpoint_resumes_with_each_step_once(tmp_path, reference):
     continued in a new history log from that checkpoint's position (the
     old one's later records are not read, nor changed)."""
     first = tmp_path / "first"
-    run(first, N_STEPS, crash_at=7, every=1, keep=2, keep_every=3)
+    run(first, N_STEPS, crash_at=7, every=1, keep=KEEP)
     assert directory.steps(first) == [3, 6, 7]
     assert [p.name for p in directory.history_files(first)] == ["history-000001.nkh"]
     log_bytes = (first / "history-000001.nkh").read_bytes()
@@ -144,7 +146,7 @@ def test_every_checkpoint_resumes_with_each_step_once(tmp_path, reference):
             damage(directory.step_path(case, newer), 100)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the damaged checkpoints are skipped with a warning
-            driver, log, ckpt = run(case, N_STEPS, every=1, keep=2, keep_every=3)
+            driver, log, ckpt = run(case, N_STEPS, every=1, keep=KEEP)
         assert ckpt.resumed_from == k
         assert driver.step_count == N_STEPS
         assert_each_step_once(log, reference)

@@ -68,7 +68,7 @@ def test_an_exact_check_starts_from_the_mcstate(tmp_path, previous_point):
     source, previous = previous_point
     graph, hilbert, H = B.system()
     exact = nk.driver.VMC(H, optax.sgd(0.0), variational_state=B.full_sum_state())
-    ckpt = nkserde.Checkpoint(tmp_path, every=1, init_from=source, strict=False)
+    ckpt = nkserde.Checkpoint(tmp_path, every=1, init_from=nkserde.InitFrom(source, strict=False))
     with pytest.warns(nkserde.PartialLoadWarning):
         exact.run(1, callback=ckpt, show_progress=False)  # learning rate 0: parameters stay
     B.assert_same_leaves(B.leaves(exact.state.parameters), B.leaves(previous.state.parameters))

@@ -74,8 +74,9 @@ def test_the_plain_options_are_the_policies_they_always_were():
 
 
 def test_checkpoint_keep_every_0_keeps_no_extra_steps(tmp_path):
-    # keep_every=0 has always meant "no multiples kept besides the newest"
-    assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0).options.keep == KeepLatest(2)
+    # the keyword of earlier releases: keep_every=0 kept no multiples besides the newest
+    with pytest.warns(FutureWarning, match="keep_every"):
+        assert nkserde.Checkpoint(tmp_path, keep=2, keep_every=0).options.keep == KeepLatest(2)
 
 
 def test_checkpoint_takes_a_keep_policy(tmp_path):

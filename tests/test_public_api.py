@@ -1,8 +1,9 @@
 """What ``help()``, an IDE and docs/reference/api.md show of each public
 name is what it takes: ``inspect.signature`` of every callable of
 ``nkserde.__all__`` is its implementation's (a class: its ``__init__``'s;
-``checkpointed``: its own parameters and the options it passes on to
-``Checkpoint``), never a metaclass's ``(*args, **kwargs)``."""
+``Checkpoint`` and ``checkpointed``: their own parameters and the options
+of their one declaration, nkserde.checkpoint.options), never a
+metaclass's ``(*args, **kwargs)``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import types
 import pytest
 
 import nkserde
+from nkserde.checkpoint.options import CheckpointOptions
 
 VAR = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
@@ -40,7 +42,7 @@ def test_every_public_name_but_the_errors_module_is_callable():
     assert sorted(set(nkserde.__all__) - set(PUBLIC)) == ["errors"]
 
 
-@pytest.mark.parametrize("name", [n for n in PUBLIC if n != "checkpointed"])
+@pytest.mark.parametrize("name", [n for n in PUBLIC if n not in ("Checkpoint", "checkpointed")])
 def test_the_signature_is_the_implementations(name):
     obj = getattr(nkserde, name)
     assert inspect.signature(obj).parameters == implementation_signature(obj).parameters
@@ -51,16 +53,18 @@ def test_checkpoint_shows_its_options_and_their_defaults():
     assert list(parameters)[0] == "directory"
     assert parameters["every"].default == 50 and parameters["keep"].default == 3
     assert parameters["async_save"].default is True and parameters["resume"].default == "auto"
+    assert parameters["job"].default == nkserde.JobOptions()
     assert not any(p.kind in VAR for p in parameters.values())
 
 
-def test_checkpointed_shows_the_options_it_passes_to_checkpoint():
-    own = implementation_signature(nkserde.checkpointed).parameters
+@pytest.mark.parametrize("call", ["Checkpoint", "checkpointed"])
+def test_checkpoint_and_checkpointed_show_the_options_they_take(call):
+    own = implementation_signature(getattr(nkserde, call)).parameters
     assert [p.kind for p in own.values()][-1] is inspect.Parameter.VAR_KEYWORD  # **options
-    shown = inspect.signature(nkserde.checkpointed).parameters
-    options = {k: p for k, p in inspect.signature(nkserde.Checkpoint).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    shown = inspect.signature(getattr(nkserde, call)).parameters
+    options = inspect.signature(CheckpointOptions).parameters
     assert list(shown) == [k for k, p in own.items() if p.kind not in VAR] + list(options)
-    assert all(shown[k] == p for k, p in options.items())
+    assert all(shown[k].default == p.default for k, p in options.items())
 
 
 @pytest.mark.parametrize(
@@ -76,8 +80,12 @@ def test_the_checkpoint_packages_header_modules_import_without_netket(modules):
     assert out.strip() == "[]"
 
 
-# The policies Checkpoint(every=..., keep=...) takes, besides the plain forms
-POLICIES = ["EveryDuration", "EverySteps", "KeepAny", "KeepLatest", "KeepMultiples", "SaveAny", "WithinBudget"]
+# The objects Checkpoint(every=..., keep=..., job=..., init_from=...) takes, besides the plain forms
+POLICIES = [
+    *("EveryDuration", "EverySteps", "SaveAny", "WithinBudget"),
+    *("KeepAny", "KeepLatest", "KeepMultiples"),
+    *("InitFrom", "JobOptions"),
+]
 
 
 @pytest.mark.parametrize("name", POLICIES)

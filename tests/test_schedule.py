@@ -186,4 +186,4 @@ def test_the_options_are_checked_when_the_checkpoint_is_made(tmp_path):
     with pytest.raises(ValueError, match="every must be a number of steps >= 1, a duration .*, got 'sometimes'"):
         nkserde.Checkpoint(tmp_path, every="sometimes")
     with pytest.raises(ValueError, match="budget must be a fraction"):
-        nkserde.checkpointed(B.vmc(), tmp_path, every="auto", budget=0)
+        nkserde.checkpointed(B.vmc(), tmp_path, every=nkserde.WithinBudget(0))

@@ -271,12 +271,12 @@ class Sleep(nk.callbacks.AbstractCallback):
 
 
 def test_a_walltime_in_seconds_stops_the_run_with_a_checkpoint(tmp_path):
-    """``walltime=5`` (another scheduler's limit): after the first step the
+    """``JobOptions(walltime=5)`` (another scheduler's limit): after the first step the
     guard finds less than a step and a checkpoint plus its margin left,
     checkpoints that step and ends the program (75); the rerun goes on."""
     reference = B.vmc()
     reference.run(4, out=None, show_progress=False)
-    ckpt = nkserde.Checkpoint(tmp_path, every=100, walltime=5)
+    ckpt = nkserde.Checkpoint(tmp_path, every=100, job=nkserde.JobOptions(walltime=5))
     with pytest.raises(SystemExit) as exited:
         B.vmc().run(4, out=None, show_progress=False, callback=[ckpt, Sleep(0.1)])
     assert exited.value.code == 75 and ckpt.interrupted == "walltime"

@@ -39,6 +39,9 @@ _NAMES = {
     "KeepMultiples": ("keep_policy", "KeepMultiples"),
     "KeepAny": ("keep_policy", "KeepAny"),
     "KeepPolicy": ("keep_policy", "KeepPolicy"),
+    # the job around the run (job=), where a run without checkpoints starts from (init_from=)
+    "JobOptions": ("job.control", "JobOptions"),
+    "InitFrom": ("options", "InitFrom"),
     "checkpointed": ("wrapper", "checkpointed"),
     "reset_run_numbering": ("process_runs", "reset_run_numbering"),
     "fingerprint_changes": ("fingerprint", "changes"),

@@ -51,14 +51,12 @@ from ..processes.jax_service import multi_process
 from .job import control as job_control, slurm
 from .persist import restore, saving
 from .job.interruptions import Interruptions
-from .job.control import DEFAULT_SIGNALS, EXIT_INTERRUPTED, LOCK_LOST, WALLTIME
+from .job.control import EXIT_INTERRUPTED, LOCK_LOST, WALLTIME
 from .persist.logger_histories import HistoryAppender
-from .options import CheckpointOptions
+from .options import CheckpointOptions, signature
 from .process_runs import PROCESS_RUNS
-from .run import Run
-from .save_policy import DEFAULT_BUDGET
 from .persist.saving import Saver
-from .run import FINAL_STOPS, NothingToDo, ReachedTarget, how_it_ended
+from .run import NothingToDo, ReachedTarget, Run, how_it_ended
 
 
 class Checkpoint(nk.callbacks.AbstractCallback):
@@ -70,18 +68,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         completed steps (an int: :class:`~nkserde.EverySteps`); every so
         much wall-clock time (``"90s"``, ``"15min"``, ``"2h"``, a
         ``timedelta``: :class:`~nkserde.EveryDuration`); ``"auto"``, as
-        often as keeps checkpointing within ``budget`` of the run (and,
-        given ``mtbf``, Young's interval for that failure rate:
-        :class:`~nkserde.WithinBudget`); or policies combined,
+        often as keeps checkpointing within 1% of the run
+        (:class:`~nkserde.WithinBudget`, which takes another budget and the
+        machine's mean time between failures); or policies combined,
         ``EverySteps(100) | EveryDuration("15min")``: whichever comes first.
-      budget, mtbf: with ``every="auto"``, the fraction of the run's time
-        checkpoints may cost (default 0.01), and the machine's mean time
-        between failures (a duration), if known.
       keep: how many of the newest checkpoints to keep (an int:
         :class:`~nkserde.KeepLatest`), or a keep policy,
         ``KeepLatest(3) | KeepMultiples(1000)``. The newest is always kept.
-      keep_every: also keep every checkpoint whose step is a multiple of it
-        (:class:`~nkserde.KeepMultiples`).
       resume: ``"auto"`` (resume if there is a checkpoint of the same run,
         refuse if the script changed), ``"force"`` (resume even if the
         fingerprint changed, where shapes allow), ``"never"`` (start fresh;
@@ -92,19 +85,6 @@ class Checkpoint(nk.callbacks.AbstractCallback):
       async_save: write from a host snapshot in a background thread at the
         lowest CPU priority; the checkpoint of step k is on disk before step
         k+1 ends (the run's thread writes what the thread has not).
-      signals: on these signals, finish the current step, checkpoint, stop
-        the run and end the program with exit status 75 (``SystemExit``;
-        ``EXIT_INTERRUPTED``), so nothing after ``run()`` works on an
-        unfinished state (SLURM: SIGTERM, or SIGUSR1 with ``--signal``).
-      requeue, requeue_on_error, walltime: the SLURM job around the run
-        (docs/guides/slurm.md). ``walltime``: ``"auto"`` (a SLURM job's
-        time left; nothing outside SLURM), seconds from the run's start, or
-        None: the run stops with a checkpoint, as on a signal, when the
-        time left falls below what it measured for a step and a checkpoint.
-        ``requeue``: ``"auto"`` (process 0 requeues the job the scheduler
-        stopped, once the checkpoint is on disk) or ``"never"`` (the job
-        script decides from the exit status). ``requeue_on_error``: how
-        often a run that raises has its job requeued, over its jobs.
       final_stops: callback types whose StopRun ends the run for good
         (convergence criteria); a StopRun of any other callback (e.g.
         ``nk.callbacks.Timeout``) is an interruption that the next run of
@@ -113,6 +93,14 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         that checkpoint: one warning naming it and the newest on disk, and
         the run goes on) or ``"raise"`` (the run stops with the
         NkserdeError). The checkpoints already written stay either way.
+      job: the job around the run (:class:`~nkserde.JobOptions`: the
+        signals that stop it with a checkpoint, the walltime it stops
+        before, whether it requeues its SLURM job; docs/guides/slurm.md).
+      init_from: a file or checkpoint directory of *another* run whose
+        variational state this run starts from while ``directory`` has no
+        checkpoint of its own (a warm start, a quench from a ground state),
+        or an :class:`~nkserde.InitFrom` saying which part and how; the run
+        keeps its own fingerprint, optimizer state and step count.
       compile_cache: ``"auto"`` (the directory the script gave
         ``nkserde.compilation_cache()``, else the user's cache directory),
         a directory, or None (the Checkpoint sets no cache of its own):
@@ -123,13 +111,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         template's build included); the Checkpoint sets its setting when
         each run starts: making one changes nothing in the process.
         ``NKSERDE_COMPILATION_CACHE=off`` turns every cache off.
-      init_from: a file or checkpoint directory of *another* run whose
-        variational state this run starts from while ``directory`` has no
-        checkpoint of its own (a warm start, a quench from a ground state);
-        the run keeps its own fingerprint, optimizer state and step count.
-      at, strict, rename: how the state is taken from ``init_from``, as in
-        :func:`nkserde.load` (``at`` defaults to ``"state"`` in a driver or
-        Checkpoint file, the whole file for a variational state's).
+
+    The options of earlier releases (``budget``, ``mtbf``, ``keep_every``,
+    ``walltime``, ``requeue``, ``requeue_on_error``, ``signals``, ``at``,
+    ``strict``, ``rename``) still work, with a FutureWarning naming the
+    object they now configure.
 
     Every option is checked here (``ValueError`` naming it, what it may be
     and what it was) and kept, checked, in ``options``. After
@@ -150,37 +136,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     _stops: Interruptions = struct.field(pytree_node=False, serialize=False)
     _run: Run | None = struct.field(pytree_node=False, serialize=False)
 
-    def __init__(
-        self,
-        directory,
-        *,
-        every=50,
-        budget: float = DEFAULT_BUDGET,
-        mtbf=None,
-        keep=3,
-        keep_every: int | None = None,
-        resume: str = "auto",
-        loggers=(),
-        async_save: bool = True,
-        signals=DEFAULT_SIGNALS,
-        final_stops=FINAL_STOPS,
-        on_write_error: str = "warn",
-        requeue: str = "auto",
-        requeue_on_error: int = 0,
-        walltime="auto",
-        compile_cache="auto",
-        init_from=None,
-        at: str | None = None,
-        strict: bool = True,
-        rename=None,
-    ):
-        self.options = CheckpointOptions.parse(
-            every=every, budget=budget, mtbf=mtbf, keep=keep, keep_every=keep_every, resume=resume,
-            loggers=loggers, async_save=async_save, signals=signals, final_stops=final_stops,
-            on_write_error=on_write_error, requeue=requeue, requeue_on_error=requeue_on_error,
-            walltime=walltime, compile_cache=compile_cache, init_from=init_from, at=at, strict=strict,
-            rename=rename,
-        )  # fmt: skip
+    def __init__(self, directory, **options):
+        self.options = CheckpointOptions.given(**options)
         self.directory = Path(directory)
         problem = unusable(self.directory)  # a file in its place, a read-only file system: say so now
         if problem is not None:
@@ -434,3 +391,8 @@ def _use_compile_cache(setting) -> None:
             compiled_code.use_default()
     elif setting is not None and setting is not False:
         compiled_code.use(setting)
+
+
+# NetKet's callbacks are Pytrees, whose metaclass shows (*args, **kwargs):
+# help(), IDEs and the API page show the options, from their one declaration
+Checkpoint.__signature__ = signature("directory")

@@ -1,94 +1,154 @@
-"""A Checkpoint's options, checked once, in one place: what
-``Checkpoint(...)`` and ``checkpointed(...)`` take, as one frozen value.
-The parts of a checkpointed run only read it.
+"""A Checkpoint's options, each declared once, here, and checked once:
+what ``Checkpoint(directory, **options)`` and ``checkpointed(driver,
+directory, **options)`` take, as one frozen value. The parts of a
+checkpointed run only read it.
 
-    options = CheckpointOptions.parse(every="15min", keep=3, walltime=3600)
+    options = CheckpointOptions(every="15min", keep=3, job=JobOptions(walltime=3600))
     options.every        # EveryDuration(seconds=900.0): a SavePolicy
     options.keep         # KeepLatest(n=3): a KeepPolicy
-    options.job          # JobOptions(walltime=3600.0, requeue="auto", ...): job_control.py
+    options.job          # JobOptions(walltime=3600.0, requeue="auto", ...): job/control.py
 
-Every string option is checked against one table (option_checks.CHOICES);
-every error is a ValueError of one shape, ``"<option> must be <what it
-may be>, got <what was given>"`` (option_checks.py). No files, no
-process-wide state; NetKet only for the default ``final_stops``.
+Ten options; what used to be more (``budget``/``mtbf``, ``keep_every``,
+``walltime``/``requeue``/``requeue_on_error``/``signals``,
+``at``/``strict``/``rename``) are the small objects they configure
+(``WithinBudget``, ``KeepMultiples``, :class:`JobOptions`,
+:class:`InitFrom`). Those keywords still work: :meth:`CheckpointOptions.given`
+turns them into their objects with a FutureWarning naming the new
+spelling. Every string option is checked against one table
+(option_checks.CHOICES); every error is a ValueError of one shape,
+``"<option> must be <what it may be>, got <what was given>"``. No files,
+no process-wide state; NetKet only for the default ``final_stops``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._warnings import outside
+from .job.control import JobOptions
 from .keep_policy import KeepPolicy, parse_keep
-from .job.control import DEFAULT_SIGNALS, JobOptions
-from .option_checks import one_of
-from .save_policy import DEFAULT_BUDGET, SavePolicy, parse_every
+from .option_checks import bad_option, one_of
 from .run import FINAL_STOPS
+from .save_policy import SavePolicy, parse_every
 
 
 @dataclass(frozen=True)
 class InitFrom:
     """Where a run with no checkpoint of its own takes its variational
-    state from (``init_from``), and how (``at``, ``strict``, ``rename``, as
-    :func:`nkserde.load` takes them)."""
+    state from (a file or checkpoint directory of another run), and how
+    (``at``, ``strict``, ``rename``, as :func:`nkserde.load` takes them).
+    ``init_from="gs/ckpt"`` is ``InitFrom("gs/ckpt")``."""
 
     source: Path
     at: str | None = None
     strict: bool = True
     rename: Any = None
 
+    def __post_init__(self):
+        object.__setattr__(self, "source", Path(self.source))
+        object.__setattr__(self, "strict", bool(self.strict))
+
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """Every option of a Checkpoint, checked (see :meth:`parse`)."""
+    """Every option of a Checkpoint, checked; the defaults are a
+    Checkpoint's (its docstring says what each means)."""
 
-    every: SavePolicy
-    keep: KeepPolicy
-    resume: str
-    loggers: tuple
-    async_save: bool
-    final_stops: tuple
-    on_write_error: str
-    job: JobOptions
-    compile_cache: Any
-    init_from: InitFrom | None
+    every: SavePolicy = 50  # an int, a duration, "auto" or a SavePolicy: a SavePolicy once checked
+    keep: KeepPolicy = 3  # an int or a KeepPolicy: a KeepPolicy once checked
+    resume: str = "auto"
+    loggers: tuple = ()
+    async_save: bool = True
+    final_stops: tuple = FINAL_STOPS
+    on_write_error: str = "warn"
+    job: JobOptions = JobOptions()
+    init_from: InitFrom | None = None  # a path or an InitFrom: an InitFrom once checked
+    compile_cache: Any = "auto"
+
+    def __post_init__(self):
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        put("every", parse_every(self.every))
+        put("keep", parse_keep(self.keep, None))
+        one_of("resume", self.resume)
+        put("loggers", tuple(self.loggers))
+        put("async_save", bool(self.async_save))
+        put("final_stops", tuple(self.final_stops))
+        one_of("on_write_error", self.on_write_error)
+        if not isinstance(self.job, JobOptions):
+            raise bad_option("job", "a nkserde.JobOptions", self.job)
+        if self.init_from is not None and not isinstance(self.init_from, InitFrom):
+            put("init_from", InitFrom(self.init_from))
 
     @classmethod
-    def parse(
-        cls,
-        *,
-        every=50,
-        budget: float = DEFAULT_BUDGET,
-        mtbf=None,
-        keep=3,
-        keep_every: int | None = None,
-        resume: str = "auto",
-        loggers=(),
-        async_save: bool = True,
-        signals=DEFAULT_SIGNALS,
-        final_stops=FINAL_STOPS,
-        on_write_error: str = "warn",
-        requeue: str = "auto",
-        requeue_on_error: int = 0,
-        walltime="auto",
-        compile_cache="auto",
-        init_from=None,
-        at: str | None = None,
-        strict: bool = True,
-        rename=None,
-    ) -> CheckpointOptions:
-        """The options as ``Checkpoint(directory, **options)`` takes them
-        (its documentation says what each means), checked: ValueError
-        naming the first that is wrong, what it may be and what it was."""
-        return cls(
-            every=parse_every(every, budget=budget, mtbf=mtbf),
-            keep=parse_keep(keep, keep_every),
-            resume=one_of("resume", resume),
-            loggers=tuple(loggers),
-            async_save=bool(async_save),
-            final_stops=tuple(final_stops),
-            on_write_error=one_of("on_write_error", on_write_error),
-            job=JobOptions(walltime=walltime, requeue=requeue, requeue_on_error=requeue_on_error, signals=signals),
-            compile_cache=compile_cache,
-            init_from=None if init_from is None else InitFrom(Path(init_from), at, bool(strict), rename),
-        )
+    def given(cls, **options) -> CheckpointOptions:
+        """The options as ``Checkpoint(directory, **options)`` was called,
+        checked; keywords of earlier releases turned into the objects they
+        configure, with a FutureWarning that writes the call's new spelling.
+        TypeError for a keyword that is no option."""
+        former = {name: options.pop(name) for name in FORMER if name in options}
+        unknown = set(options) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"Checkpoint() got unexpected keyword arguments: {', '.join(sorted(unknown))}")
+        budget = {k: former[k] for k in ("budget", "mtbf") if k in former}
+        if budget:
+            options["every"] = parse_every(options.get("every", 50), **budget)
+            _deprecated(budget, f"every=nkserde.WithinBudget({_arguments(budget)})")
+        if "keep_every" in former:
+            keep, multiples = options.get("keep", 3), former["keep_every"]
+            options["keep"] = parse_keep(keep, multiples)
+            policy = f"nkserde.KeepLatest({keep!r}) | nkserde.KeepMultiples({multiples!r})"
+            _deprecated(former, f"keep={policy}", "keep_every")
+        job = {k: former[k] for k in ("walltime", "requeue", "requeue_on_error", "signals") if k in former}
+        if job:
+            if "job" in options:
+                raise bad_option(", ".join(job), "left out when job is given (give them to JobOptions)", job)
+            options["job"] = JobOptions(**job)
+            _deprecated(job, f"job=nkserde.JobOptions({_arguments(job)})")
+        init = {k: former[k] for k in ("at", "strict", "rename") if k in former}
+        if init:
+            source = options.get("init_from")
+            if isinstance(source, InitFrom):
+                raise bad_option(", ".join(init), "left out when init_from is an InitFrom (give them to it)", init)
+            if source is not None:
+                options["init_from"] = InitFrom(source, **init)
+            _deprecated(init, f"init_from=nkserde.InitFrom({str(source)!r}, {_arguments(init)})")
+        return cls(**options)
+
+
+# the keywords of earlier releases, now arguments of the objects they configure
+FORMER = (
+    *("budget", "mtbf", "keep_every"),
+    *("walltime", "requeue", "requeue_on_error", "signals"),
+    *("at", "strict", "rename"),
+)
+
+
+def _arguments(given: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in given.items())
+
+
+def _deprecated(given: dict, spelling: str, *names: str) -> None:
+    names = names or tuple(given)
+    warnings.warn(
+        f"nkserde: Checkpoint({', '.join(f'{n}=' for n in names)}...) is deprecated; write {spelling}",
+        FutureWarning,
+        stacklevel=outside(),
+    )
+
+
+def signature(*leading: str) -> inspect.Signature:
+    """The signature of a call that takes ``leading`` positional
+    parameters, then the options as keywords with their defaults (help()
+    and IDEs show this for Checkpoint and checkpointed: NetKet's callbacks
+    are Pytrees, whose metaclass would show ``(*args, **kwargs)``)."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    options = [inspect.Parameter(f.name, keyword, default=f.default) for f in dataclasses.fields(CheckpointOptions)]
+    positional = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in leading]
+    return inspect.Signature(positional + options)

@@ -27,7 +27,7 @@ from pathlib import Path
 from .._log import say
 from ..checkpoint_files.directory import unusable
 from .callback import Checkpoint
-from .options import CheckpointOptions
+from .options import CheckpointOptions, signature
 from .process_runs import PROCESS_RUNS
 
 # the attribute of a class checkpointed() made (run_fingerprint names the class it wraps)
@@ -84,7 +84,7 @@ def checkpointed(driver, directory, **options):
     ones of the process do not start (one line says so and ``run`` returns
     None), since each would begin from the unfinished state; running the
     script again resumes the interrupted run, then starts them. (A signal
-    ends the program: see :class:`Checkpoint`'s ``signals``.)
+    ends the program: see :class:`Checkpoint`'s ``job``.)
 
     The driver keeps its type (``isinstance(gs, nk.driver.VMC)``) and can be
     saved with ``nkserde.save``; ``gs.last_checkpoint`` is the Checkpoint of
@@ -93,12 +93,12 @@ def checkpointed(driver, directory, **options):
     base = type(driver)
     if base.__dict__.get(WRAPPER_MARK, False):
         raise ValueError(f"{driver!r:.80} is already checkpointed")
-    CheckpointOptions.parse(**options)  # the options checked now, once for every run
+    checked = CheckpointOptions.given(**options)  # checked now (and warned about), once for every run
     directory = Path(directory)
     problem = unusable(directory)  # a file in its place, a read-only file system: say so now
     if problem is not None:
         raise problem
-    record = Checkpointed(directory, options)
+    record = Checkpointed(directory, {f: getattr(checked, f) for f in checked.__dataclass_fields__})
 
     def run(self, *args, **kwargs):
         return record.run(self, base.run, *args, **kwargs)
@@ -119,3 +119,6 @@ def checkpointed(driver, directory, **options):
         },
     )
     return driver
+
+
+checkpointed.__signature__ = signature("driver", "directory")  # the options, as Checkpoint's

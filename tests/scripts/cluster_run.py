@@ -17,7 +17,7 @@ Environment (all optional; the numbers never depend on them):
     N_ITER=n              steps of the run (default 40)
     CHECKPOINT_DIRECTORY  where the checkpoints go (default ckpt)
     RAISE_AT=k            raise RuntimeError at the start of step k
-    REQUEUE_ON_ERROR=n    Checkpoint(requeue_on_error=n)
+    REQUEUE_ON_ERROR=n    Checkpoint(job=JobOptions(requeue_on_error=n))
     AUTO_SLURM_REQUEUE=s  NetKet's AutoSlurmRequeue(before=s seconds) beside nkserde
     HEARTBEAT_SECONDS=s   jax.distributed.initialize(heartbeat_timeout_seconds=s) under a launcher
     ABORT_AT_SIGCONT=1    the first attempt aborts 2 s after a SIGCONT if JAX has not
@@ -132,7 +132,8 @@ sampler = nk.sampler.MetropolisLocal(hilbert, n_chains=8)
 vstate = nk.vqs.MCState(sampler, nk.models.RBM(alpha=1), n_samples=64, seed=1, sampler_seed=2)
 gs = nk.driver.VMC(hamiltonian, optax.adam(0.01), variational_state=vstate)
 directory = os.environ.get("CHECKPOINT_DIRECTORY", "ckpt")
-gs = nkserde.checkpointed(gs, directory, every=5, requeue_on_error=int(os.environ.get("REQUEUE_ON_ERROR", "0")))
+job = nkserde.JobOptions(requeue_on_error=int(os.environ.get("REQUEUE_ON_ERROR", "0")))
+gs = nkserde.checkpointed(gs, directory, every=5, job=job)
 
 if os.environ.get("ABORT_AT_SIGCONT") and os.environ.get("SLURM_RESTART_COUNT", "0") == "0":
     # What JAX's heartbeat abort does to a job continued after a long
