@@ -46,6 +46,7 @@ from two_node_scenario import PEER_TIMEOUT
 
 SCENARIO = Path(__file__).parent / "two_node_scenario.py"
 WAIT = 2400  # seconds from collection to the scenario's end, at most
+BESIDE = 10  # the scenario's niceness, as .ci/run's work beside the suite
 
 
 class Scenario:
@@ -70,8 +71,11 @@ class Scenario:
         except FileExistsError:
             return
         with (root / "scenario.out").open("a") as out:
+            # beside the suite, at the priority of what else runs beside it
+            # (.ci/run's BESIDE): the processes it starts on the nodes inherit it
+            lower = lambda: os.nice(BESIDE)  # noqa: E731
             subprocess.Popen([sys.executable, str(SCENARIO), str(root)], stdout=out, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                             stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=lower)  # fmt: skip
 
     def cancel_all(self) -> None:
         pass  # the scenario ends by itself: its jobs have ends, its nodes are powered on again

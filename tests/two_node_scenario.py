@@ -149,8 +149,10 @@ class Scenario:
         self.log("references written")
 
     def both_nodes_up(self) -> None:
-        walltime = self.submit("walltime", ["-N2", "--ntasks-per-node=1", "--time=2"],
-                               {**TWO, "STEP_SECONDS": "2"}, signal_line=False)  # fmt: skip
+        # 3 minutes: a first attempt started at low priority beside the
+        # suite still completes steps before its guard stops it
+        walltime = self.submit("walltime", ["-N2", "--ntasks-per-node=1", "--time=3"],
+                               {**TWO, "STEP_SECONDS": "3"}, signal_line=False)  # fmt: skip
         local = f"/tmp/nkserde-two-nodes/ckpt-{self.root.name}"
         node_local = self.submit("node-local", ["-N2", "--ntasks-per-node=1"], {**TWO, "CHECKPOINT_DIRECTORY": local})
         self.live_owner()
