@@ -1,5 +1,5 @@
-"""Stand-ins for :class:`nkserde.Checkpoint` and :func:`nkserde.checkpointed`
-under NetKet releases without the callback API they hook into
+"""Stand-ins for :class:`nkserde.Checkpoint`, :func:`nkserde.checkpointed`
+and :class:`nkserde.InitFrom` under NetKet releases without the callback API they hook into
 (``netket.callbacks.AbstractCallback``, NetKet >= 3.22). ``save`` and
 ``load`` of every object work there; a run is checkpointed by hand."""
 
@@ -19,4 +19,4 @@ def _refuse(*args, **kwargs):
     )
 
 
-Checkpoint = checkpointed = _refuse
+Checkpoint = checkpointed = InitFrom = _refuse

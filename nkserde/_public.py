@@ -18,12 +18,12 @@ from .netket._common import find as _find
 from .checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples
 from .checkpoint.save_policy import EveryDuration, EverySteps, SaveAny, WithinBudget
 from .checkpoint.job.control import JobOptions
-from .checkpoint.options import InitFrom
 
 if _find("netket.callbacks.AbstractCallback") is not None:
     from .checkpoint import Checkpoint, checkpointed
+    from .checkpoint.options import InitFrom
 else:  # NetKet 3.21: no callback API to hook a checkpoint into
-    from ._no_callback_api import Checkpoint, checkpointed
+    from ._no_callback_api import Checkpoint, InitFrom, checkpointed
 
 
 # the caches beside JAX's, before a Checkpoint's first step (nkserde.caches.automatic)
