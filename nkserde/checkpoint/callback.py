@@ -133,7 +133,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     # the parts it delegates to, and the run going on
     _files: RunDirectory = struct.field(pytree_node=False, serialize=False)
     _saver: Saver = struct.field(pytree_node=False, serialize=False)
-    _stops: Interruptions = struct.field(pytree_node=False, serialize=False)
+    _interruptions: Interruptions = struct.field(pytree_node=False, serialize=False)
     _run: Run | None = struct.field(pytree_node=False, serialize=False)
 
     def __init__(self, directory, **options):
@@ -145,7 +145,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         self.resumed_from = self.interrupted = self._run = None
         self._files = RunDirectory(self.directory, jobs=slurm.job_record)
         self._saver = Saver(self._files, keep=self.options.keep, on_write_error=self.options.on_write_error)
-        self._stops = Interruptions(self.directory, self.options.job)
+        self._interruptions = Interruptions(self.directory, self.options.job)
 
     @property
     def callback_order(self) -> int:
@@ -205,7 +205,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             # nothing of this run to save until it completes a step
             run.completed = run.last_saved = driver.step_count
             run.plan_saves(self.options.every, time.monotonic(), processes=jax.process_count())
-            self._stops.start(run)
+            self._interruptions.start(run)
             run.resume_times = [started, time.monotonic()] if self.resumed_from is not None else None
             self._run = run
         except BaseException:
@@ -228,7 +228,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         # its low-priority thread) is finished here, at the run's priority.
         written = self._saver.wait_timed(self._run)
         if written is not None:
-            self._stops.saved(written)  # the walltime guard keeps time for the last one
+            self._interruptions.saved(written)  # the walltime guard keeps time for the last one
 
     def on_step_start(self, step, log_data, driver):
         run = self._run
@@ -245,7 +245,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             PROCESS_RUNS.count_step()
         run.completed = driver.step_count
         now = time.monotonic()
-        self._stops.step_started(now)
+        self._interruptions.step_started(now)
         run.schedule.step_started(now)
         if run.resume_times is not None:
             restore.report_resume(run, now, self.directory)
@@ -255,11 +255,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise ReachedTarget(f"step {driver.step_count}, the end of this run() call")
         if run.nothing_to_do:  # raised here, once every callback has started
             raise NothingToDo(f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
-        if self._stops.take_interrupt():  # Ctrl-C during the end of the step just completed
+        if self._interruptions.take_interrupt():  # Ctrl-C during the end of the step just completed
             if run.unsaved:
                 self._save(driver, asynchronous=False)
             raise KeyboardInterrupt
-        stop = self._stops.requested(run, now, lock_lost=self._files.lock.renewal_lost is not None)
+        stop = self._interruptions.requested(run, now, lock_lost=self._files.lock.renewal_lost is not None)
         if stop == LOCK_LOST:  # the directory is another run's now: nothing more is written there
             lost = self._files.lock.renewal_lost or "process 0's lock was taken over by another run"
             self._finish(raise_write_error=False)
@@ -276,7 +276,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             run.schedule.taken(now)
             if run.next_save is not None:
                 run.agree_on_next_save(self.directory)
-            if self._stops.take_interrupt():  # Ctrl-C during that (synchronous) save: it is written
+            if self._interruptions.take_interrupt():  # Ctrl-C during that (synchronous) save: it is written
                 raise KeyboardInterrupt
 
     def on_run_end(self, step, driver):
@@ -302,7 +302,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
                     "running the same script again resumes from there"
                 )
         finally:
-            interrupt_pending = self._stops.interrupt_pending
+            interrupt_pending = self._interruptions.interrupt_pending
             job = self._finish()
         if interrupt_pending or run.stopped_by is not None:
             # The program ends here; NetKet would call the other callbacks'
@@ -348,16 +348,16 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         finally:
             job = self._finish(raise_write_error=False)
         if isinstance(error, PeerLostError) and jax.process_index() == 0:  # not the run's fault: it goes on
-            self._stops.requeue_after_lost_peer(job, error)
+            self._interruptions.requeue_after_lost_peer(job, error)
         elif isinstance(error, Exception) and jax.process_index() == 0:
-            self._stops.requeue_after_error(job, self._files)
+            self._interruptions.requeue_after_error(job, self._files)
 
     # ------------------------------------------------------------------ parts
 
     def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
         seconds = self._saver.save(driver, self._run, asynchronous=asynchronous, stopped=stopped)
         if not asynchronous:
-            self._stops.saved(seconds)
+            self._interruptions.saved(seconds)
 
     def _half_step(self, what: str):
         warnings.warn(
@@ -367,7 +367,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     def _finish(self, raise_write_error=True):
         """The run's end, whatever ended it; returns its job."""
         self._run = None
-        job = self._stops.end()
+        job = self._interruptions.end()
         unreleased = self._files.lock.release()
         if unreleased is not None:  # a read-only file system: never an exception at the run's end
             warnings.warn(
