@@ -3,7 +3,7 @@ time on a directory, and a lock its owner left behind (a killed job, a node
 that crashed or lost power) taken over by the next run without a person,
 on this host or another. Knows files and processes (no NetKet, no
 registry); SLURM through the function it is handed. Process 0 of a run
-takes it (:func:`nkserde.checkpoint.persist.restore.choose_checkpoint`).
+takes it as the run starts (:func:`nkserde.checkpoint.persist.restore.resume`).
 
 What it holds is one line of text naming its owner
 (:class:`~nkserde.checkpoint_files.lock_owner.Owner`): host, pid, boot id,
