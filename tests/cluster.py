@@ -17,12 +17,14 @@ Where SLURM or mpirun is missing, the tests skip and say why; with
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -401,6 +403,22 @@ def run_reference(workdir: Path, processes: int = 1, n_iter: int = 30) -> Path:
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outputs)
     return workdir
+
+
+def shared_reference(processes: int, n_iter: int) -> Path:
+    """:func:`run_reference` of ``processes`` processes and ``n_iter``
+    steps, made once per test session and shared by every module (and the
+    two-node scenario) that compares with the same run: whoever asks first
+    makes it, under a lock, and the others wait for it."""
+    root = Path(tempfile.gettempdir()) / f"nkserde-references-{os.environ['NKSERDE_TEST_SESSION']}"
+    root.mkdir(exist_ok=True)
+    path = root / f"{processes}-{n_iter}"
+    with open(root / f"{processes}-{n_iter}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / "result.npz").exists():
+            shutil.rmtree(path, ignore_errors=True)  # a making that died half way
+            run_reference(path, processes, n_iter)
+    return path
 
 
 def assert_same_run(workdir: Path, reference: Path, n_iter: int):

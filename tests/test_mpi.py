@@ -18,7 +18,7 @@ import pytest
 
 import cluster
 
-N_ITER = 30
+N_ITER = 50  # as tests/test_slurm.py's runs: one reference for both
 TIMEOUT = 600
 
 
@@ -65,5 +65,5 @@ def test_mpirun_two_processes_killed_and_launched_again_end_exactly(tmp_path):
     assert resumed and 10 <= resumed[0] <= killed_at, output[-3000:]
     assert "finished" in output
 
-    reference = cluster.run_reference(tmp_path / "reference", processes=2, n_iter=N_ITER)
+    reference = cluster.shared_reference(2, N_ITER)
     cluster.assert_same_run(workdir, reference, N_ITER)

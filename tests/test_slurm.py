@@ -110,16 +110,8 @@ JOBS = cluster.Jobs(plan(), prepare, suspend=SUSPEND)
 
 
 @pytest.fixture(scope="module")
-def references(tmp_path_factory):
-    made = {}
-
-    def reference(processes: int) -> Path:
-        if processes not in made:
-            workdir = tmp_path_factory.mktemp(f"reference-{processes}")
-            made[processes] = cluster.run_reference(workdir, processes, N_ITER)
-        return made[processes]
-
-    return reference
+def references():
+    return lambda processes: cluster.shared_reference(processes, N_ITER)
 
 
 def assert_same_run(workdir: Path, reference: Path):

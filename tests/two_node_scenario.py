@@ -13,8 +13,8 @@ inside a save; an owner outside SLURM, its pid alive on node2), then
 node2 dies (a two-node job inside a save; a ``--no-requeue`` job,
 submitted again). What each case saw goes to ``ROOT/<case>.json`` (job ids,
 SLURM's attempts, outputs by node, times) and ``ROOT/scenario.log``; the
-tests read them. References (the same runs without SLURM) go to
-``ROOT/reference-<processes>``.
+tests read them. The references (the same runs without SLURM) are the
+session's, shared with tests/test_slurm.py (cluster.shared_reference).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import two_nodes as tn  # noqa: E402
 
 RUN = HERE / "scripts" / "cluster_run.py"
 JOB_SH = HERE.parent / "examples" / "slurm" / "job.sh"
-# the runs: 1 process for 30 steps, 2 processes for 60 (the references' lengths)
-ONE, TWO = {"N_ITER": "30", "STEP_SECONDS": "1"}, {"N_ITER": "60", "STEP_SECONDS": "1"}
+# the runs: 50 steps of 1 or 2 processes (tests/test_slurm.py's: one reference for both)
+ONE, TWO = {"N_ITER": "50", "STEP_SECONDS": "1"}, {"N_ITER": "50", "STEP_SECONDS": "1"}
 STALE_AFTER = "20"  # NKSERDE_LOCK_STALE_AFTER of the runs outside SLURM (renewed every 2 s)
 PEER_TIMEOUT = "15"  # NKSERDE_PEER_TIMEOUT of the two-node job that loses a node
 KILL_AT_STEP = 12  # the runs killed mid-run: after step 12 or later (the newest checkpoint: step 10's or later)
@@ -145,14 +145,15 @@ class Scenario:
 
     def _references(self) -> None:
         for processes, lengths in ((1, ONE), (2, TWO)):
-            cluster.run_reference(self.root / f"reference-{processes}", processes, int(lengths["N_ITER"]))
+            cluster.shared_reference(processes, int(lengths["N_ITER"]))
         self.log("references written")
 
     def both_nodes_up(self) -> None:
         # 3 minutes: a first attempt started at low priority beside the
-        # suite still completes steps before its guard stops it
+        # suite still completes steps before its guard stops it; 50 steps of
+        # 4 s (200 s) never fit in one
         walltime = self.submit("walltime", ["-N2", "--ntasks-per-node=1", "--time=3"],
-                               {**TWO, "STEP_SECONDS": "3"}, signal_line=False)  # fmt: skip
+                               {**TWO, "STEP_SECONDS": "4"}, signal_line=False)  # fmt: skip
         local = f"/tmp/nkserde-two-nodes/ckpt-{self.root.name}"
         node_local = self.submit("node-local", ["-N2", "--ntasks-per-node=1"], {**TWO, "CHECKPOINT_DIRECTORY": local})
         self.live_owner()
