@@ -219,7 +219,7 @@ class Scenario:
         self.log(f"node1 killed; lease-dead's lock: {lock}")
         holder = self._process_with_pid("node2", int(lock[1]))
         again = self.run_outside_slurm("lease-dead-again", "node2", extra, lease_dir)
-        down = tn.wait_for("node1 down", lambda: tn.node_state("node1").startswith("down") and time.time(), 120)
+        down = tn.wait_down("node1", killed)
         running = {job: tn.wait_for(f"{job} runs on node2", lambda j=job: self._runs_on(j, "node2"), 300)
                    for job in (mid, in_save)}  # fmt: skip
         tn.power_on("node1")
@@ -246,7 +246,8 @@ class Scenario:
         """node2 dies while a two-node job is inside a save (the survivor
         ends, the job waits for both nodes) and with a --no-requeue job,
         which is submitted again and lands on node1."""
-        tn.wait_for("node1 idle", lambda: tn.node_state("node1") in ("idle", "mix"), 120)
+        idle = lambda: tn.node_state("node1") in ("idle", "mix")  # noqa: E731
+        tn.wait_for("node1 idle", idle, 120, seen=lambda: tn.node_seen("node1"))
         two = self.submit(
             "two-node-save",
             ["-N2", "--ntasks-per-node=1"],
@@ -260,7 +261,7 @@ class Scenario:
         self.log("node2 killed")
         again = self.submit("no-requeue", ["-N1", "-n1", f"--dependency=afterany:{once}"], ONE,
                             workdir=self.work / "no-requeue")  # fmt: skip
-        down = tn.wait_for("node2 down", lambda: tn.node_state("node2").startswith("down") and time.time(), 120)
+        down = tn.wait_down("node2", killed)
         tn.wait_for("two-node-save requeued", lambda: tn.state(two) == "PENDING", 300, every=1.0)
         exited = tn.attempts(two)[0]["end"]  # the survivor's attempt ended: requeued
         time.sleep(5.0)  # waiting for both nodes, as a job does while its node is repaired

@@ -123,6 +123,23 @@ def node_state(node: str) -> str:
     return slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
 
 
+def down_since(node: str, after: float) -> float | None:
+    """When SLURM set ``node`` DOWN at ``after`` or later (the node event
+    its accounting records, to the second), or None. Read from the record,
+    not from a poll of the node's state: a state seen late, or never
+    while it lasted, does not move the time."""
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(after - 1))
+    out = slurm("sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={start}",
+                "format=TimeStart,State").stdout  # fmt: skip
+    for line in out.splitlines():
+        begun, _, state = line.partition("|")
+        if state.startswith("DOWN"):
+            when = time.mktime(time.strptime(begun, "%Y-%m-%dT%H:%M:%S"))
+            if when >= int(after):
+                return when
+    return None
+
+
 def kill(node: str) -> float:
     """The node loses power (its network, then every process); the time."""
     subprocess.run([str(TOOLS / "node-kill.sh"), node], check=True, capture_output=True, timeout=120)
@@ -146,15 +163,28 @@ def local(node: str, path: Path) -> Path:
     return STATE / node / "tmp" / Path(path).relative_to("/tmp")
 
 
-def wait_for(what: str, condition, timeout: float, every: float = 0.5):
-    """``condition()``'s first true value within ``timeout`` s, else RuntimeError."""
+def wait_for(what: str, condition, timeout: float, every: float = 0.5, seen=None):
+    """``condition()``'s first true value within ``timeout`` s, else
+    RuntimeError, which says what ``seen()`` (if given) answers then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(every)
-    raise RuntimeError(f"{what}: not within {timeout:.0f} s")
+    raise RuntimeError(f"{what}: not within {timeout:.0f} s" + (f"; seen: {seen()}" if seen else ""))
+
+
+def wait_down(node: str, after: float, timeout: float = 120) -> float:
+    """When SLURM set ``node`` DOWN, once it has (``down_since``)."""
+    return wait_for(f"{node} down", lambda: down_since(node, after), timeout, seen=lambda: node_seen(node))
+
+
+def node_seen(node: str) -> str:
+    """What SLURM says of ``node``: sinfo's answer and its node events."""
+    state = slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t")
+    events = slurm("sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", "format=TimeStart,TimeEnd,State,Reason")
+    return f"sinfo {state.returncode} {(state.stdout + state.stderr).strip()!r}; events {events.stdout.strip()!r}"
 
 
 def steps(text: str) -> list[tuple[int, float]]:
