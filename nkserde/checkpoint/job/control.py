@@ -7,11 +7,11 @@ Process 0 reads the job (two SLURM commands when the run starts, at most
 two more when it stops) and decides; the other processes learn the stop
 through the run's stop flag and never ask SLURM.
 
-    control = JobControl.start(job, requeue="auto", walltime="auto", lag_steps=0)
+    control = JobControl.start(job, requeue="auto", walltime="auto", lag_steps=0, now=now, watch_stops=True)
     control.step_started(now)         # every step start
     control.due(now)                  # stop now with a checkpoint?
     control.saved(seconds)            # every checkpoint written
-    control.stopped_time = StoppedTime().start()  # stops (SIGSTOP/SIGCONT) taken out of the guard's measures
+    control.close()                   # the run ended: its watch of stops (SIGSTOP/SIGCONT) ends
     control.after_stop(reason)        # process 0, once the run is checkpointed
 """
 
@@ -84,15 +84,19 @@ class JobControl:
         self.guard = guard
         self.label = label
         self._rechecked = False
-        # the process's stops, when someone watches them (the run's start,
-        # where the guard exists): the guard's clock runs on while stopped
+        # the process's stops, watched while a guard exists (start): the
+        # guard's clock runs on while the process is stopped
         self.stopped_time: StoppedTime | None = None
         self._discard = 0  # step intervals whose measure a stop spoiled
 
     @classmethod
-    def start(cls, job: Job | None, *, requeue: str, walltime, lag_steps: int, label: str, now: float) -> JobControl:
+    def start(
+        cls, job: Job | None, *, requeue: str, walltime, lag_steps: int, label: str, now: float, watch_stops=False
+    ) -> JobControl:
         """``walltime``: ``"auto"`` (the SLURM job's time left, read now),
-        seconds from now (any scheduler), or None (no guard)."""
+        seconds from now (any scheduler), or None (no guard).
+        ``watch_stops``: with a guard, watch the process's stops (a SIGCONT
+        handler and a thread, until :meth:`close`), which its clock counts."""
         guard = None
         if walltime == "auto" and job is not None:
             try:
@@ -108,7 +112,17 @@ class JobControl:
                 )
         elif isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
             guard = WalltimeGuard(now + float(walltime), lag_steps=lag_steps)
-        return cls(job, requeue=requeue, guard=guard, label=label)
+        control = cls(job, requeue=requeue, guard=guard, label=label)
+        if guard is not None and watch_stops:
+            control.stopped_time = StoppedTime().start()
+        return control
+
+    def close(self) -> None:
+        """The run ended: the watch of its stops ends (its SIGCONT handler
+        put back, its thread ended)."""
+        if self.stopped_time is not None:
+            self.stopped_time.close()
+            self.stopped_time = None
 
     # ------------------------------------------------------------ the guard
 

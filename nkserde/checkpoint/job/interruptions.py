@@ -30,7 +30,6 @@ from .control import LOCK_LOST, WALLTIME, JobControl, JobOptions
 from ..process_runs import PROCESS_RUNS
 from .signals import SignalCatcher
 from .slurm import current_job
-from .stopped_time import StoppedTime
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -74,6 +73,7 @@ class Interruptions:
             lag_steps=2 if multi_process() else 0,  # the stop flag's slack (coordination.StopFlag)
             label=str(self.directory),
             now=time.monotonic(),
+            watch_stops=True,  # beside the handlers: the stops the guard leaves out
         )
         if multi_process() and self.job.job is not None:
             control.warn_if_suspending(self.job.job, str(self.directory))
@@ -82,8 +82,6 @@ class Interruptions:
                     self._abort_watch = AbortWatch.start(self.job.job.job_id, str(self.directory))
                 except OSError as exc:  # never a failed run for the watcher's sake
                     say(f"{self.directory}: no watcher for an abort after a suspension ({exc})", logging.WARNING)
-        if self.job.guard is not None:  # beside the handlers: the stops the guard leaves out
-            self.job.stopped_time = StoppedTime().start()
         if multi_process():
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
 
@@ -125,9 +123,8 @@ class Interruptions:
             self._abort_watch.close()
             self._abort_watch = None
         self.catcher.restore()
-        if job is not None and job.stopped_time is not None:
-            job.stopped_time.close()
-            job.stopped_time = None
+        if job is not None:
+            job.close()
         if current_job() is not None:  # every process of the job
             control.absorb_late_signals(self.options.signals)
         return job
