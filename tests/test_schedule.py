@@ -22,6 +22,7 @@ from nkserde.checkpoint.save_policy import (
     WithinBudget,
     parse_every,
 )
+from nkserde.checkpoint.step_times import StepTimes
 
 
 @pytest.mark.parametrize(
@@ -107,7 +108,7 @@ def test_policies_are_frozen_values_that_combine():
 
 
 def test_any_saves_whenever_one_would_and_names_the_earliest_next_step():
-    schedule = SaveSchedule(EverySteps(10) | EveryDuration("10s"))
+    schedule = SaveSchedule(EverySteps(10) | EveryDuration("10s"), StepTimes())
     schedule.started(0.0)
     assert not schedule.policy.in_steps and EverySteps(2).in_steps and (EverySteps(2) | EverySteps(3)).in_steps
     assert schedule.due(10, 1.0)  # the steps
@@ -115,9 +116,10 @@ def test_any_saves_whenever_one_would_and_names_the_earliest_next_step():
     schedule.taken(10.0)  # any checkpoint starts the interval again
     assert not schedule.due(4, 19.0)
     for t in (0.0, 1.0, 2.0):  # steps of 1 s: 10 s is 10 steps, as is the next multiple of 10
-        schedule.step_started(t)
+        schedule.steps.started(t)
     assert schedule.next_step(3) == 10 and schedule.next_step(5) == 10
-    assert SaveSchedule(EverySteps(10) | EveryDuration("4s")).next_step(3) == 4  # nothing measured: the next step
+    nothing_measured = SaveSchedule(EverySteps(10) | EveryDuration("4s"), StepTimes())
+    assert nothing_measured.next_step(3) == 4  # the next step
     assert schedule.interval() == 10.0
 
 
@@ -134,24 +136,24 @@ def test_checkpoint_takes_a_save_policy_and_says_it(tmp_path, caplog):
 
 
 def test_steps_as_always():
-    schedule = SaveSchedule(parse_every(3))
+    schedule = SaveSchedule(parse_every(3), StepTimes())
     assert [c for c in range(10) if schedule.due(c, 0.0)] == [0, 3, 6, 9]
     assert schedule.next_step(6) == 9
 
 
 def test_a_duration_counts_from_the_previous_checkpoint():
-    schedule = SaveSchedule(parse_every("10s"))
+    schedule = SaveSchedule(parse_every("10s"), StepTimes())
     schedule.started(100.0)
     assert not schedule.due(1, 109.9) and schedule.due(1, 110.0)
     schedule.taken(110.0)
     assert not schedule.due(2, 119.0) and schedule.due(3, 120.5)
     for t in (0.0, 2.0, 4.0, 6.0):  # steps of 2 s
-        schedule.step_started(t)
+        schedule.steps.started(t)
     assert schedule.next_step(3) == 3 + 5  # 10 s of 2-s steps
 
 
 def test_auto_keeps_checkpointing_within_the_budget():
-    schedule = SaveSchedule(parse_every("auto", budget=0.01))
+    schedule = SaveSchedule(parse_every("auto", budget=0.01), StepTimes())
     schedule.started(0.0)
     assert schedule.due(1, 0.1)  # nothing measured: the first step's checkpoint measures one
     schedule.saved(0.5)
@@ -161,7 +163,7 @@ def test_auto_keeps_checkpointing_within_the_budget():
 
 
 def test_auto_with_a_failure_rate_is_at_least_youngs_interval():
-    schedule = SaveSchedule(parse_every("auto", budget=0.5, mtbf="10h"))
+    schedule = SaveSchedule(parse_every("auto", budget=0.5, mtbf="10h"), StepTimes())
     schedule.saved(2.0)
     assert schedule.interval() == pytest.approx(math.sqrt(2 * 2.0 * 36000))  # > 2 / 0.5
 

@@ -20,6 +20,7 @@ from nkserde.checkpoint.job import control as job_control, slurm
 from nkserde.checkpoint.job.control import WALLTIME, JobControl
 from nkserde.checkpoint.process_runs import PROCESS_RUNS
 from nkserde.checkpoint.job.walltime import SLOWDOWN, WalltimeGuard
+from nkserde.checkpoint.step_times import StepTimes
 from nkserde.checkpoint_files.lock import DirectoryLock
 from nkserde.errors import PeerLostError
 
@@ -76,10 +77,10 @@ def test_a_missing_slurm_command_is_a_slurm_error(monkeypatch):
 
 
 def test_the_guard_keeps_a_step_and_a_checkpoint_with_margin():
-    guard = WalltimeGuard(deadline=1000.0, margin=10.0)
+    guard = WalltimeGuard(1000.0, StepTimes(), margin=10.0)
     assert not guard.due(999.0)  # nothing measured: no decision
     for t in (0.0, 40.0, 42.0, 44.0):  # the first step compiles (40 s), then 2 s steps
-        guard.step_started(t)
+        guard.steps.started(t)
     guard.saved(1.0)
     assert guard.step == 2.0  # the compiling step no longer counts
     reserve = SLOWDOWN * (2.0 + 1.0) + 10.0
@@ -89,17 +90,18 @@ def test_the_guard_keeps_a_step_and_a_checkpoint_with_margin():
 
 
 def test_the_first_step_counts_while_it_is_the_only_one():
-    guard = WalltimeGuard(deadline=100.0, margin=0.0)
-    guard.step_started(0.0)
-    guard.step_started(40.0)
+    guard = WalltimeGuard(100.0, StepTimes(), margin=0.0)
+    guard.steps.started(0.0)
+    guard.steps.started(40.0)
     assert guard.step == 40.0 and guard.due(40.0)  # 60 s left < 1.25 * (40 + 40)
 
 
 def test_several_processes_keep_the_steps_a_stop_takes_to_reach_them():
-    one, many = WalltimeGuard(1000.0, margin=0.0), WalltimeGuard(1000.0, lag_steps=2, margin=0.0)
+    one = WalltimeGuard(1000.0, StepTimes(), margin=0.0)
+    many = WalltimeGuard(1000.0, StepTimes(), lag_steps=2, margin=0.0)
     for guard in (one, many):
         for t in (0.0, 1.0, 3.0):
-            guard.step_started(t)
+            guard.steps.started(t)
         guard.saved(0.5)
     assert one.reserve() == SLOWDOWN * (2.0 + 0.5)
     assert many.reserve() == SLOWDOWN * (3 * 2.0 + 0.5)
@@ -140,7 +142,7 @@ def progressed(monkeypatch):
 
 
 def control(job, requeue="auto"):
-    return JobControl.start(job, requeue=requeue, walltime="auto", lag_steps=0, label="ckpt", now=0.0)
+    return JobControl.start(job, StepTimes(), requeue=requeue, walltime="auto", lag_steps=0, label="ckpt", now=0.0)
 
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -237,7 +239,7 @@ def test_the_guard_reads_the_time_left_again_before_it_stops(caplog):
     job = RecordingJob(RUNNING, time_left=20.0)
     ctl = control(job)
     for t in (0.0, 5.0, 10.0):
-        ctl.step_started(t)
+        ctl.guard.steps.started(t, measured=ctl.step_started(t))
     job.left = 500.0  # an administrator extended the job
     assert not ctl.due(10.0)
     assert ctl.guard.deadline == 510.0

@@ -18,17 +18,29 @@ from nkserde.checkpoint.job import control as job_control, slurm
 from nkserde.checkpoint.job.control import JobControl
 from nkserde.checkpoint.job.stopped_time import CONFIRM, StoppedTime, StopsSeen
 from nkserde.checkpoint.job.walltime import SLOWDOWN, WalltimeGuard
+from nkserde.checkpoint.save_policy import SaveSchedule, parse_every
+from nkserde.checkpoint.step_times import StepTimes
 
 
 def test_an_interval_the_process_was_stopped_in_is_no_step():
-    guard = WalltimeGuard(deadline=100.0, margin=0.0)
+    steps = StepTimes()
+    guard, schedule = WalltimeGuard(100.0, steps, margin=0.0), SaveSchedule(parse_every("10s"), steps)
     for t in (0.0, 10.0, 12.0):  # compiles, then 2 s steps
-        guard.step_started(t)
-    guard.step_started(72.0, discard=True)  # stopped for 58 s in that step
-    guard.step_started(74.0)
+        steps.started(t)
+    steps.started(72.0, measured=False)  # stopped for 58 s in that step
+    steps.started(74.0)
     guard.shift(58.0)
     assert guard.step == 2.0 and guard.deadline == 158.0
     assert not guard.due(74.0)  # 84 s left; the old measure (60 s steps) stopped here
+    # the same measure for the schedule: 2-s steps (the median of 10, 2, 2; with the stop's 60, 10)
+    assert schedule.step == 2.0 and schedule.next_step(5) == 5 + 5
+
+
+def started(ctl: JobControl, *times: float) -> None:
+    """Steps start at ``times``, as the Checkpoint times them: the run's
+    StepTimes (the guard's) measure those the JobControl says measure one."""
+    for t in times:
+        ctl.guard.steps.started(t, measured=ctl.step_started(t))
 
 
 class Stops:
@@ -47,15 +59,14 @@ class Stops:
 
 
 def test_after_a_stop_the_guard_leaves_out_the_step_and_moves_the_end():
-    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(100.0, margin=0.0), label="ckpt")
+    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(100.0, StepTimes(), margin=0.0), label="ckpt")
     ctl.stopped_time = stops = Stops()
-    for t in (0.0, 10.0, 12.0):
-        ctl.step_started(t)
+    started(ctl, 0.0, 10.0, 12.0)
     stops.next = StopsSeen(1, 58.0, False)
     ctl.saved(50.0)  # a save the process was stopped in: no measure either
-    ctl.step_started(72.0)
-    ctl.step_started(74.0)  # the interval after the SIGCONT is left out too (see _catch_up)
-    ctl.step_started(76.0)
+    started(ctl, 72.0)
+    started(ctl, 74.0)  # the interval after the SIGCONT is left out too (see _catch_up)
+    started(ctl, 76.0)
     ctl.saved(1.0)
     assert ctl.guard.step == 2.0 and ctl.guard.deadline == 158.0
     assert ctl.guard.reserve() == SLOWDOWN * (2.0 + 1.0)
@@ -68,21 +79,20 @@ def test_a_stop_whose_sigcont_is_handled_late_is_no_step_and_no_save():
     step and a save, the guard kept 313 s and stopped the job, which was
     requeued): the interval and the save are no measure while the gap
     awaits its SIGCONT; when it comes, the end moves."""
-    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(300.0, margin=0.0), label="ckpt")
+    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(300.0, StepTimes(), margin=0.0), label="ckpt")
     ctl.stopped_time = stops = Stops()
-    for t in (0.0, 10.0, 12.0):
-        ctl.step_started(t)
+    started(ctl, 0.0, 10.0, 12.0)
     ctl.saved(1.0)
     stops.next = StopsSeen(0, 0.0, True)
     ctl.saved(62.0)  # the save the process was stopped in
     stops.next = StopsSeen(0, 0.0, True)
-    ctl.step_started(74.0)  # the step it was stopped in
+    started(ctl, 74.0)  # the step it was stopped in
     stops.next = StopsSeen(0, 0.0, True)
     assert not ctl.due(74.0)
     stops.next = StopsSeen(1, 60.0, False)  # the handler ran
-    ctl.step_started(76.0)
-    ctl.step_started(78.0)
-    ctl.step_started(80.0)
+    started(ctl, 76.0)
+    started(ctl, 78.0)
+    started(ctl, 80.0)
     assert ctl.guard.step == 2.0 and ctl.guard.reserve() == SLOWDOWN * (2.0 + 1.0)
     assert ctl.guard.deadline == 360.0
 
@@ -128,13 +138,13 @@ def test_a_gap_awaits_its_sigcont_and_is_dropped_without_one():
 
 def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
     job = RecordingJob(RUNNING, time_left=100.0)
-    ctl = JobControl.start(job, requeue="never", walltime="auto", lag_steps=0, label="ckpt", now=0.0)
+    ctl = JobControl.start(job, StepTimes(), requeue="never", walltime="auto", lag_steps=0, label="ckpt", now=0.0)
     ctl.stopped_time = stops = Stops()
-    ctl.step_started(0.0)
-    ctl.step_started(10.0)
+    started(ctl, 0.0)
+    started(ctl, 10.0)
     job.left = 90.0  # SLURM does not count the stopped time against --time
     stops.next = StopsSeen(1, 0.0, False)  # too short to be measured: SLURM says
-    ctl.step_started(70.0)
+    started(ctl, 70.0)
     assert ctl.guard.deadline == 160.0 and ctl.guard.step == 10.0
 
 
@@ -144,14 +154,17 @@ from nkserde.checkpoint.job import control as job_control, slurm
 from nkserde.checkpoint.job.control import JobControl
 from nkserde.checkpoint.job.stopped_time import StoppedTime
 from nkserde.checkpoint.job.walltime import WalltimeGuard
+from nkserde.checkpoint.step_times import StepTimes
 
 now = time.monotonic
 start = now()
-ctl = JobControl(None, requeue="never", guard=WalltimeGuard(start + 10.0, margin=1.0), label="child")
+times = StepTimes()
+ctl = JobControl(None, requeue="never", guard=WalltimeGuard(start + 10.0, times, margin=1.0), label="child")
 ctl.stopped_time = StoppedTime(tick=0.2).start()
 steps = 0
 while steps < 30:
-    ctl.step_started(now())
+    t = now()
+    times.started(t, measured=ctl.step_started(t))
     if ctl.due(now()):
         break
     steps += 1

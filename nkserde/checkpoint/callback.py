@@ -245,8 +245,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             PROCESS_RUNS.count_step()
         run.completed = driver.step_count
         now = time.monotonic()
-        self._interruptions.step_started(now)
-        run.schedule.step_started(now)
+        run.steps.started(now, measured=self._interruptions.step_started(now))
         if run.resume_times is not None:
             restore.report_resume(run, now, self.directory)
         if run.end_step is not None and driver.step_count >= run.end_step:

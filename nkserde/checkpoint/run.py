@@ -14,6 +14,7 @@ import netket as nk
 from ..netket import internals, run_loop
 from ..processes.jax_service import coordination_name, on_process_0
 from .save_policy import SaveSchedule
+from .step_times import StepTimes
 
 
 class Run:
@@ -34,6 +35,7 @@ class Run:
         self.nothing_to_do = False  # resumed the final checkpoint of a stopped run
         self.stopped_by: int | None = None  # the signal (or WALLTIME) that stopped the run
         self.histories = None  # what the history log holds (process 0): persist.logger_histories.HistoryAppender
+        self.steps = StepTimes()  # how long its steps take: read by the save schedule and the walltime guard
         self.schedule: SaveSchedule | None = None  # when to checkpoint (every)
         self.next_save: int | None = None  # several processes, every not in steps: process 0's decision
         self.snapshot_seconds = 0.0  # the run's own time in its last checkpoint's start
@@ -45,7 +47,7 @@ class Run:
         the first checkpoint comes after the first step (it measures one),
         then process 0 decides each next one (clocks differ between
         processes)."""
-        self.schedule = SaveSchedule(every)
+        self.schedule = SaveSchedule(every, self.steps)
         self.schedule.started(now)
         if processes > 1 and not every.in_steps:
             self.next_save = self.completed + 1

@@ -3,8 +3,7 @@ the user can combine, and the measured times they decide from. Pure: no
 clock of its own, no NetKet, no files.
 
     every = EverySteps(100) | EveryDuration("15min")   # whichever comes first
-    schedule = SaveSchedule(every)       # one run's measured times
-    schedule.step_started(now)           # every step start
+    schedule = SaveSchedule(every, steps)  # one run's measured times (steps: its StepTimes)
     schedule.saved(seconds)              # every checkpoint written
     schedule.due(completed, now)         # checkpoint now?
 
@@ -37,15 +36,13 @@ communication.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 from .option_checks import format_duration, parse_duration
 from .option_checks import bad_option, combined, whole
+from .step_times import StepTimes
 
 DEFAULT_BUDGET = 0.01
-# steps whose duration the estimate of a step remembers (the median counts)
-RECENT_STEPS = 16
 
 
 class SavePolicy:
@@ -220,24 +217,19 @@ def parse_every(every, *, budget: float = DEFAULT_BUDGET, mtbf=None) -> SavePoli
 
 
 class SaveSchedule:
-    """The checkpoints of one run: ``policy`` decides, from the times this
-    object measures (seconds on the caller's monotonic clock)."""
+    """The checkpoints of one run: ``policy`` decides, from the run's
+    ``steps`` (its StepTimes, fed by the run) and the checkpoints this
+    object is told of (seconds on the caller's monotonic clock)."""
 
-    def __init__(self, policy: SavePolicy):
+    def __init__(self, policy: SavePolicy, steps: StepTimes):
         self.policy = policy
-        self._steps: deque[float] = deque(maxlen=RECENT_STEPS)
-        self._last_start: float | None = None
+        self.steps = steps
         self.last_save: float | None = None  # when the previous checkpoint was taken (or the run started)
         self.longest_save: float | None = None  # the longest checkpoint measured (seconds of the run)
 
     def started(self, now: float) -> None:
         """The run starts: a time interval counts from here."""
         self.last_save = now
-
-    def step_started(self, now: float) -> None:
-        if self._last_start is not None:
-            self._steps.append(max(0.0, now - self._last_start))
-        self._last_start = now
 
     def saved(self, seconds: float) -> None:
         self.longest_save = max(seconds, self.longest_save or 0.0)
@@ -249,10 +241,7 @@ class SaveSchedule:
     @property
     def step(self) -> float | None:
         """A typical recent step (the median), None before one completed."""
-        if not self._steps:
-            return None
-        ordered = sorted(self._steps)
-        return ordered[len(ordered) // 2]
+        return self.steps.typical
 
     def interval(self) -> float | None:
         """Seconds between checkpoints (None for steps, or ``"auto"``

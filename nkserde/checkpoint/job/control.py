@@ -7,8 +7,8 @@ Process 0 reads the job (two SLURM commands when the run starts, at most
 two more when it stops) and decides; the other processes learn the stop
 through the run's stop flag and never ask SLURM.
 
-    control = JobControl.start(job, requeue="auto", walltime="auto", lag_steps=0, now=now, watch_stops=True)
-    control.step_started(now)         # every step start
+    control = JobControl.start(job, steps, requeue="auto", walltime="auto", lag_steps=0, now=now, watch_stops=True)
+    steps.started(now, measured=control.step_started(now))  # every step start
     control.due(now)                  # stop now with a checkpoint?
     control.saved(seconds)            # every checkpoint written
     control.close()                   # the run ended: its watch of stops (SIGSTOP/SIGCONT) ends
@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import signal
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..._log import say
 from ..option_checks import bad_option, format_duration, is_number, one_of, whole
@@ -27,6 +28,9 @@ from ..process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
 from .stopped_time import StoppedTime
 from .walltime import WalltimeGuard
+
+if TYPE_CHECKING:
+    from ..step_times import StepTimes
 
 # The stop reasons in the stop flag beside signal numbers: the walltime
 # guard's, and process 0's lock taken over by another run (the run stops
@@ -91,9 +95,19 @@ class JobControl:
 
     @classmethod
     def start(
-        cls, job: Job | None, *, requeue: str, walltime, lag_steps: int, label: str, now: float, watch_stops=False
+        cls,
+        job: Job | None,
+        steps: StepTimes,
+        *,
+        requeue: str,
+        walltime,
+        lag_steps: int,
+        label: str,
+        now: float,
+        watch_stops=False,
     ) -> JobControl:
-        """``walltime``: ``"auto"`` (the SLURM job's time left, read now),
+        """``steps``: the run's StepTimes, which the guard reads.
+        ``walltime``: ``"auto"`` (the SLURM job's time left, read now),
         seconds from now (any scheduler), or None (no guard).
         ``watch_stops``: with a guard, watch the process's stops (a SIGCONT
         handler and a thread, until :meth:`close`), which its clock counts."""
@@ -105,13 +119,13 @@ class JobControl:
                 say(f"{label}: cannot read the time left of SLURM job {job.job_id} ({exc}); no walltime stop")
                 left = None
             if left is not None:
-                guard = WalltimeGuard(now + left, lag_steps=lag_steps)
+                guard = WalltimeGuard(now + left, steps, lag_steps=lag_steps)
                 say(
                     f"{label}: SLURM job {job.job_id} ends in {format_duration(left)}; the run stops with a checkpoint "
                     "when the time left falls below a step plus a checkpoint"
                 )
         elif isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
-            guard = WalltimeGuard(now + float(walltime), lag_steps=lag_steps)
+            guard = WalltimeGuard(now + float(walltime), steps, lag_steps=lag_steps)
         control = cls(job, requeue=requeue, guard=guard, label=label)
         if guard is not None and watch_stops:
             control.stopped_time = StoppedTime().start()
@@ -126,11 +140,13 @@ class JobControl:
 
     # ------------------------------------------------------------ the guard
 
-    def step_started(self, now: float) -> None:
+    def step_started(self, now: float) -> bool:
+        """A step starts at ``now``: whether the interval that ends here
+        measures a step (False: the process was stopped in it)."""
         self._catch_up(now)
-        if self.guard is not None:
-            self.guard.step_started(now, discard=self._discard > 0)
-            self._discard = max(0, self._discard - 1)
+        measured = self._discard == 0
+        self._discard = max(0, self._discard - 1)
+        return measured
 
     def saved(self, seconds: float) -> None:
         stopped = self._discard > 0 or (self.stopped_time is not None and self.stopped_time.pending)

@@ -7,7 +7,7 @@ the stopped (or failed) run is checkpointed. No NetKet.
 
     stops = Interruptions("ckpt", JobOptions(walltime="auto", requeue="auto"))
     stops.start(run)                     # on_run_start: handlers, the job, the flag
-    stops.step_started(now)              # every step start
+    measured = stops.step_started(now)   # every step start: False if the process was stopped since the last
     reason = stops.requested(run, now)   # stop now, with a checkpoint? (every process agrees)
     job = stops.end()                    # the run's end: handlers put back
     job.after_stop(reason, signals)      # process 0, once the run is checkpointed
@@ -68,6 +68,7 @@ class Interruptions:
         self.catcher.install()
         self.job = JobControl.start(
             current_job() if jax.process_index() == 0 else None,
+            run.steps,
             requeue=self.options.requeue,
             walltime=self.options.walltime if jax.process_index() == 0 else None,
             lag_steps=2 if multi_process() else 0,  # the stop flag's slack (coordination.StopFlag)
@@ -85,8 +86,10 @@ class Interruptions:
         if multi_process():
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
 
-    def step_started(self, now: float) -> None:
-        self.job.step_started(now)
+    def step_started(self, now: float) -> bool:
+        """A step starts at ``now``: whether the interval that ends here
+        measures a step (False: the process was stopped in it)."""
+        return self.job.step_started(now)
 
     def saved(self, seconds: float) -> None:
         """A checkpoint took ``seconds`` of the run (the walltime guard

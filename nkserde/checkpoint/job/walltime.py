@@ -1,9 +1,7 @@
 """When to stop a run before its job's end: a pure policy on measured
 times (no SLURM, no NetKet, no clock of its own).
 
-    guard = WalltimeGuard(deadline=now + time_left, lag_steps=0)
-    guard.step_started(now)          # at the start of every step
-    guard.step_started(now, discard=True)  # ... after an interval the process was stopped in
+    guard = WalltimeGuard(now + time_left, steps, lag_steps=0)  # steps: the run's StepTimes
     guard.shift(seconds)             # the process was stopped: the job ends that much later
     guard.saved(seconds)             # after every checkpoint written
     guard.due(now)                   # True: stop now, with a checkpoint
@@ -13,21 +11,23 @@ it, there is still time for the checkpoint that ends the run:
 
     time left  >=  (1 + lag_steps) * step  +  save  +  margin
 
-``step`` is the longest of the recent steps (the intervals between step
-starts, which include any checkpoint written meanwhile; the run's first
-step, which compiles, counts only until another one is measured),
-``save`` the longest checkpoint measured (before the first one: as long
-as a step), both with a factor for a node that gets busier. ``lag_steps``: steps a
+``step`` is the longest of the recent steps (``StepTimes.longest``: the
+intervals between step starts, which include any checkpoint written
+meanwhile; the run's first step, which compiles, counts only until
+another one is measured), ``save`` the longest checkpoint measured
+(before the first one: as long as a step), both with a factor for a node
+that gets busier. ``lag_steps``: steps a
 stop takes to reach every process of a multi-process run (the stop flag's
 slack; 0 for one process). ``margin``: the requeue and the process exit.
 """
 
 from __future__ import annotations
 
-from collections import deque
+from typing import TYPE_CHECKING
 
-# steps whose duration the estimate remembers (the longest counts)
-RECENT_STEPS = 8
+if TYPE_CHECKING:
+    from ..step_times import StepTimes
+
 # a busy shared node may slow the next step and save down by this much
 SLOWDOWN = 1.25
 DEFAULT_MARGIN = 10.0
@@ -35,27 +35,15 @@ DEFAULT_MARGIN = 10.0
 
 class WalltimeGuard:
     """Says when a run must stop to checkpoint before ``deadline`` (a time
-    on the caller's monotonic clock)."""
+    on the caller's monotonic clock), from the run's ``steps`` (its
+    StepTimes, fed by the run) and the checkpoints it is told of."""
 
-    def __init__(self, deadline: float, *, lag_steps: int = 0, margin: float = DEFAULT_MARGIN):
+    def __init__(self, deadline: float, steps: StepTimes, *, lag_steps: int = 0, margin: float = DEFAULT_MARGIN):
         self.deadline = float(deadline)
+        self.steps = steps
         self.lag_steps = int(lag_steps)
         self.margin = float(margin)
-        self._steps: deque[float] = deque(maxlen=RECENT_STEPS)
-        self._first_step: float | None = None  # it compiles: a bound only while it is the only one
-        self._last_start: float | None = None
         self._longest_save: float | None = None
-
-    def step_started(self, now: float, *, discard: bool = False) -> None:
-        """A step starts at ``now``. ``discard``: the interval that ends
-        here is no step's measure (the process was stopped in it)."""
-        if self._last_start is not None and not discard:
-            seconds = max(0.0, now - self._last_start)
-            if self._first_step is None:
-                self._first_step = seconds
-            else:
-                self._steps.append(seconds)
-        self._last_start = now
 
     def saved(self, seconds: float) -> None:
         self._longest_save = max(seconds, self._longest_save or 0.0)
@@ -64,7 +52,7 @@ class WalltimeGuard:
     def step(self) -> float | None:
         """The longest recent step (the first, which compiles, until there
         is another), None before one completed."""
-        return max(self._steps) if self._steps else self._first_step
+        return self.steps.longest
 
     def reserve(self) -> float | None:
         """Seconds the run keeps for its last step and checkpoint (None:
