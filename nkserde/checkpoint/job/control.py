@@ -104,7 +104,7 @@ class JobControl:
         lag_steps: int,
         label: str,
         now: float,
-        watch_stops=False,
+        watch_stops: bool = False,
     ) -> JobControl:
         """``steps``: the run's StepTimes, which the guard reads.
         ``walltime``: ``"auto"`` (the SLURM job's time left, read now),

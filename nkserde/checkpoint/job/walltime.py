@@ -16,9 +16,9 @@ intervals between step starts, which include any checkpoint written
 meanwhile; the run's first step, which compiles, counts only until
 another one is measured), ``save`` the longest checkpoint measured
 (before the first one: as long as a step), both with a factor for a node
-that gets busier. ``lag_steps``: steps a
-stop takes to reach every process of a multi-process run (the stop flag's
-slack; 0 for one process). ``margin``: the requeue and the process exit.
+that gets busier. ``lag_steps``: steps a stop takes to reach every
+process of a multi-process run (the stop flag's slack; 0 for one
+process). ``margin``: the requeue and the process exit.
 """
 
 from __future__ import annotations
