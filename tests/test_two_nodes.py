@@ -42,7 +42,7 @@ import pytest
 
 import cluster
 import two_nodes as tn
-from two_node_scenario import PEER_TIMEOUT
+import two_node_scenario as scenario
 
 SCENARIO = Path(__file__).parent / "two_node_scenario.py"
 WAIT = 2400  # seconds from collection to the scenario's end, at most
@@ -108,7 +108,8 @@ class Scenario:
 
 
 JOBS = Scenario()
-ONE, TWO = 50, 50  # steps of the one- and two-process runs (two_node_scenario.py's)
+# steps of the scenario's one- and two-process runs
+ONE, TWO = int(scenario.ONE["N_ITER"]), int(scenario.TWO["N_ITER"])
 
 
 def final_state(record: dict) -> str:
@@ -218,7 +219,7 @@ def test_a_two_node_job_that_loses_a_node_in_a_save_is_requeued_and_resumes():
     first = cluster.attempts(output)[0]
     requeued = re.search(r"requeued: process 1 of the run was lost \((.*)\); it resumes from the newest", first)
     assert requeued, first[-3000:]
-    assert f"process 1 did not reach 'writing blocks' within {PEER_TIMEOUT} s" in requeued.group(1), first
+    assert f"process 1 did not reach 'writing blocks' within {scenario.PEER_TIMEOUT} s" in requeued.group(1), first
     if final_state(record) != "COMPLETED":
         pytest.fail(diagnosis(record), pytrace=False)
     assert all(a["nodes"] == "node[1-2]" for a in record["attempts"]), record["attempts"]

@@ -129,15 +129,19 @@ def down_since(node: str, after: float) -> float | None:
     not from a poll of the node's state: a state seen late, or never
     while it lasted, does not move the time."""
     start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(after - 1))
-    out = slurm("sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", f"start={start}",
-                "format=TimeStart,State").stdout  # fmt: skip
-    for line in out.splitlines():
+    for line in node_events(node, "TimeStart,State", f"start={start}").splitlines():
         begun, _, state = line.partition("|")
         if state.startswith("DOWN"):
             when = time.mktime(time.strptime(begun, "%Y-%m-%dT%H:%M:%S"))
             if when >= int(after):
                 return when
     return None
+
+
+def node_events(node: str, fields: str, *since: str) -> str:
+    """The node's events in SLURM's accounting (``sacctmgr list event``),
+    ``fields`` of each, a line each, ``|`` between fields."""
+    return slurm("sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", *since, f"format={fields}").stdout.strip()
 
 
 def kill(node: str) -> float:
@@ -183,8 +187,8 @@ def wait_down(node: str, after: float, timeout: float = 120) -> float:
 def node_seen(node: str) -> str:
     """What SLURM says of ``node``: sinfo's answer and its node events."""
     state = slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t")
-    events = slurm("sacctmgr", "-n", "-P", "list", "event", f"nodes={node}", "format=TimeStart,TimeEnd,State,Reason")
-    return f"sinfo {state.returncode} {(state.stdout + state.stderr).strip()!r}; events {events.stdout.strip()!r}"
+    events = node_events(node, "TimeStart,TimeEnd,State,Reason")
+    return f"sinfo {state.returncode} {(state.stdout + state.stderr).strip()!r}; events {events!r}"
 
 
 def steps(text: str) -> list[tuple[int, float]]:
