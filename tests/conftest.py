@@ -106,6 +106,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
+    if session.config.option.collectonly:  # nothing runs: nothing is submitted
+        return
     modules = {id(item.module): item.module for item in session.items if item.get_closest_marker("slurm")}
     for module in modules.values():
         jobs = getattr(module, "JOBS", None)
