@@ -8,6 +8,7 @@ tests/test_slurm.py."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import time
 
@@ -168,6 +169,26 @@ def test_what_is_requeued(progressed, reason, state, requeued, caplog):
     assert job.requeued == (["4711"] if requeued else [])
     if state.endswith("0:10"):
         assert "--signal=B:USR1@N signals the batch shell only" in caplog.text
+
+
+class SignallingJob(RecordingJob):
+    """A job whose requeue, as SLURM's, sends SIGTERM to the process."""
+
+    def requeue(self):
+        super().requeue()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def test_the_sigterm_of_its_own_requeue_reaches_no_handler(progressed):
+    """SLURM ends a requeued job with SIGTERM: a script's handler (here one
+    that records it; one that dies, as Python's default, would cut the exit
+    and its ``exit 75`` short) is not called."""
+    received = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    job = SignallingJob(RUNNING)
+    assert control(job).after_stop(WALLTIME, SIGNALS)
+    time.sleep(0.05)  # a handler runs at the next bytecode after the signal: long past
+    assert job.requeued == ["4711"] and received == []
 
 
 def test_requeue_never_leaves_it_to_the_job_script(progressed):

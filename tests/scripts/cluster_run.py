@@ -87,10 +87,11 @@ atexit.register(record_exit_status)
 def note_signal(signum, frame):
     """Notes the signal. Installed before nkserde's handler, which calls it
     (the handler it replaced). While it is the handler itself (before and
-    after the run), a SIGTERM ends the process as Python's default would;
+    after the run), a SIGTERM ends the process as Python's default would
+    (but the SIGTERM of nkserde's own requeue, which process 0 ignores);
     a SIGUSR1 after the run is ignored, as nkserde makes the default do in
-    a SLURM job (scheduler.absorb_late_signals: the job's --signal may come
-    after the run ended)."""
+    a SLURM job (job.control.absorb_late_signals: the job's --signal may
+    come after the run ended)."""
     say(f"signal {signal.Signals(signum).name}")
     if signum == signal.SIGTERM and signal.getsignal(signum) is note_signal:
         signal.signal(signum, signal.SIG_DFL)

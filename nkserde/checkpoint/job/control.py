@@ -314,13 +314,16 @@ class JobControl:
             return None
 
     def _requeue(self, message: str) -> bool:
-        # SLURM ends every step of the job at once: the checkpoint is on
-        # disk, and the SIGTERM that follows must not cut the exit short
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            try:
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            except ValueError:  # not the main thread
-                pass
+        # SLURM answers a requeue by ending the job: SIGTERM to its every
+        # process at once, SIGKILL KillWait later. That SIGTERM is the echo
+        # of this request, not news: the checkpoint is on disk and the
+        # program is ending. Python's default would die of it, and a
+        # script's own handler would take it for a kill from outside: either
+        # cuts the exit short (finally blocks, atexit, JAX's shutdown).
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except ValueError:  # not the main thread
+            pass
         try:
             self.job.requeue()
         except SlurmError as exc:
