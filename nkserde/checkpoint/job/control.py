@@ -315,11 +315,13 @@ class JobControl:
 
     def _requeue(self, message: str) -> bool:
         # SLURM answers a requeue by ending the job: SIGTERM to its every
-        # process at once, SIGKILL KillWait later. That SIGTERM is the echo
-        # of this request, not news: the checkpoint is on disk and the
-        # program is ending. Python's default would die of it, and a
-        # script's own handler would take it for a kill from outside: either
-        # cuts the exit short (finally blocks, atexit, JAX's shutdown).
+        # process, often before `scontrol requeue` has returned, SIGKILL
+        # KillWait later. That SIGTERM is the echo of this request, not
+        # news: the checkpoint is on disk and the program is ending. Python's
+        # default would die of it, and a script's own handler would take it
+        # for a kill from outside: either cuts the exit short (finally
+        # blocks, atexit, JAX's shutdown). Ignored before scontrol starts,
+        # so that scontrol, which inherits it, ignores it too.
         try:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
         except ValueError:  # not the main thread
