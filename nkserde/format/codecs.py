@@ -24,6 +24,8 @@ The choice depends only on the bytes, so the same state gives the same file.
 
 from __future__ import annotations
 
+import threading
+
 import zstandard
 
 RAW = "raw"
@@ -41,8 +43,17 @@ MAX_WINDOW = 1 << 27
 CHUNK = 4 << 20  # streaming granularity: bounds extra memory per array
 
 
+# One compressor per thread (one may not be used by two threads at once):
+# making one costs more than compressing a small array with it. Each call
+# gives one whole frame, the same bytes as a new compressor's.
+_COMPRESSORS = threading.local()
+
+
 def _compress(data) -> bytes:
-    return zstandard.ZstdCompressor(level=LEVEL).compress(data)
+    compressor = getattr(_COMPRESSORS, "zstd", None)
+    if compressor is None:
+        compressor = _COMPRESSORS.zstd = zstandard.ZstdCompressor(level=LEVEL)
+    return compressor.compress(data)
 
 
 def _sample_ratio(data: memoryview) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Iterator, Mapping
 
@@ -98,8 +99,11 @@ class _Dtypes(Mapping):
 DTYPES: Mapping[str, np.dtype] = _Dtypes()
 
 
+@functools.lru_cache(maxsize=64)
 def dtype_name(dtype: np.dtype) -> str | None:
-    """The file name of ``dtype``, or None if it cannot be stored."""
+    """The file name of ``dtype``, or None if it cannot be stored. Cached:
+    numpy's ``dtype.name`` takes microseconds, and a save asks it twice per
+    array (a model of hundreds of small arrays, milliseconds a save)."""
     name = np.dtype(dtype).name
     return name if name in DTYPES else None
 
