@@ -88,7 +88,7 @@ def note_signal(signum, frame):
     """Notes the signal. Installed before nkserde's handler, which calls it
     (the handler it replaced). While it is the handler itself (before and
     after the run), a SIGTERM ends the process as Python's default would
-    (but the SIGTERM of nkserde's own requeue, which process 0 ignores);
+    (process 0 ignores the one of nkserde's own requeue: never called);
     a SIGUSR1 after the run is ignored, as nkserde makes the default do in
     a SLURM job (job.control.absorb_late_signals: the job's --signal may
     come after the run ended)."""
