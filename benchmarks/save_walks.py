@@ -43,16 +43,16 @@ from pathlib import Path
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import jax  # noqa: E402
-import netket as nk  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import jax
+import netket as nk
+import numpy as np
+import optax
 
-import nkserde  # noqa: E402
-from _environment import environment, parent_directory  # noqa: E402
-from nkserde.checkpoint.persist.saving import host_copy  # noqa: E402
-from nkserde.checkpoint_files import content  # noqa: E402
-from nkserde.format import tree_codec  # noqa: E402
+import nkserde
+from _environment import environment, parent_directory
+from nkserde.checkpoint.persist.saving import host_copy
+from nkserde.checkpoint_files import content
+from nkserde.format import tree_codec
 
 
 def build(model: str):
