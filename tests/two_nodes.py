@@ -120,7 +120,12 @@ FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 
 def node_state(node: str) -> str:
-    return slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t").stdout.strip()
+    return _sinfo_state(node).stdout.strip()
+
+
+def _sinfo_state(node: str) -> subprocess.CompletedProcess:
+    """sinfo's answer for ``node``'s state (``down``, ``idle``, ...)."""
+    return slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t")
 
 
 def down_since(node: str, after: float) -> float | None:
@@ -186,7 +191,7 @@ def wait_down(node: str, after: float, timeout: float = 120) -> float:
 
 def node_seen(node: str) -> str:
     """What SLURM says of ``node``: sinfo's answer and its node events."""
-    state = slurm("sinfo", "-h", "-N", "-n", node, "-o", "%t")
+    state = _sinfo_state(node)
     events = node_events(node, "TimeStart,TimeEnd,State,Reason")
     return f"sinfo {state.returncode} {(state.stdout + state.stderr).strip()!r}; events {events!r}"
 
