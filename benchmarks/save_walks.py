@@ -10,9 +10,9 @@ A Checkpoint's save walks the state three times, each walk in its own layer:
 * ``host_copy``: for a background write only, a private copy of every
   numpy-backed array the run could change before the write reads it (JAX
   arrays are referenced);
-* ``encode``: the format's walk, the state dict -> the header tree and the
-  list of arrays to write (``format.tree_codec.encode``), done by the
-  background writer.
+* ``encode``: the format's walk, the state dict -> the header tree, the
+  list of arrays to write and the stored types the metadata lists
+  (``format.tree_codec.encode``), done by the background writer.
 
 Measured beside them, in the same process, on the same state: ``save``,
 a whole synchronous ``nkserde.save`` of the payload (the walks, checksums,
@@ -106,7 +106,7 @@ def measure(model: str, repeat: int, parent: Path) -> dict:
         times = {
             "state_dict": median_seconds(lambda: nkserde.state_dict(payload), repeat),
             "host_copy": median_seconds(lambda: host_copy(state), repeat),
-            "encode": median_seconds(lambda: tree_codec.encode(state, []), repeat),
+            "encode": median_seconds(lambda: tree_codec.encode(state, [], [], types={}), repeat),
             "save": median_seconds(lambda: nkserde.save(payload, file), repeat),
             "raw": median_seconds(lambda: raw_write(raw, arrays), repeat),
         }

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, mismatch_hints, nested, partial_load, registry, tree, tree_load
+from . import file_info, mismatch_hints, partial_load, registry, tree, tree_load
 from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat
-from .format.tree_codec import TYPE, VERSION
+from .format.tree_codec import TYPE
 from .errors import (
     CorruptFileError,
     FileReadError,
@@ -24,7 +24,6 @@ from .errors import (
     in_file,
 )
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
-from .placement import PerProcess, Primary
 
 # what save and load store: NetKet's types are registered before either runs
 from . import netket as _netket_registrations  # noqa: F401
@@ -64,23 +63,6 @@ def _library_versions() -> dict:
     }
 
 
-def _types(state) -> dict:
-    """``{type name: schema version}`` of the stored objects in ``state``, in
-    tree order (a type met again keeps its first place, its last version)."""
-    found = {}
-    for _, node in nested.walk(state, _through_placement):
-        if isinstance(node, dict) and isinstance(node.get(TYPE), str):
-            version = node.get(VERSION)
-            # a file being migrated may hold anything there (an array): the metadata keeps ints
-            found[node[TYPE]] = version if type(version) is int else None
-    return found
-
-
-def _through_placement(node):
-    # a per-process value and process 0's record hold their object
-    return ((None, node.value),) if isinstance(node, (PerProcess, Primary)) else nested.entries(node)
-
-
 def _root_type(state, fallback: str) -> str:
     if isinstance(state, dict) and TYPE in state:
         return state[TYPE]
@@ -88,13 +70,13 @@ def _root_type(state, fallback: str) -> str:
 
 
 def new_meta(state, root_type: str) -> dict:
-    """The metadata of a file written now holding ``state``."""
+    """The metadata of a file written now holding ``state`` (the writer
+    adds the types it holds, met as it encodes them)."""
     return {
         **_library_versions(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "process_count": jax.process_count(),
         "root_type": _root_type(state, root_type),
-        "types": _types(state),
     }
 
 

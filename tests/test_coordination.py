@@ -15,8 +15,8 @@ from simulated_store import SimulatedStore, simulate
 from nkserde import api
 from nkserde.processes.coordination import Group, StopFlag
 from nkserde.errors import DistributedSaveError, PeerLostError, ProcessMismatchError
-from nkserde.format.writer import write_file_together
-from nkserde.placement import GlobalArray, PerProcess
+from nkserde.format.writer import write_file, write_file_together
+from nkserde.placement import GlobalArray, PerProcess, Primary
 
 
 @pytest.mark.parametrize("size", [64, 256, 1024])
@@ -168,6 +168,36 @@ def test_a_file_written_by_hundreds_of_simulated_processes(tmp_path, size):
     assert store.counts.total == 9 * (size - 1) + 14
     assert modelled < 1.0  # the modelled coordination of a save, not a timing of this machine
     assert not [p for p in tmp_path.iterdir() if p.name != "big.nks"]
+
+
+def stored_objects(rank: int) -> dict:
+    """A state dict of stored objects: one met twice at two versions, one in
+    a per-process value, one in process 0's record (which a save by several
+    processes encodes after the rest)."""
+    return {
+        "driver": {"@type": "Driver", "@version": 2, "state": {"@type": "State", "@version": 1, "w": np.ones(3)}},
+        "log": Primary({"@type": "Logger", "@version": 3, "rows": np.zeros(2)}),
+        "rng": PerProcess({"@type": "Generator", "@version": 1, "key": np.full(2, rank)}),
+        "again": {"@type": "State", "@version": 4},
+    }
+
+
+def test_the_metadata_lists_the_stored_types_as_the_writer_meets_them(tmp_path):
+    """A file's ``types``: read off the tree as the writer encodes it, each
+    type in its first place with its last version; by several processes,
+    process 0's records are encoded (and listed) last."""
+    one = write_file(tmp_path / "one.nks", stored_objects(0), api.new_meta({}, "dict"))
+    assert list(api.info(one)["types"].items()) == [("Driver", 2), ("State", 4), ("Logger", 3), ("Generator", 1)]
+    meta = api.new_meta({}, "dict")
+
+    def work(rank, store):
+        group = Group(store, rank, 4, "save", timeout=60)
+        return write_file_together(tmp_path / "four.nks", stored_objects(rank), meta, group)
+
+    simulate(4, work)
+    assert list(api.info(tmp_path / "four.nks")["types"].items()) == [
+        ("Driver", 2), ("State", 4), ("Generator", 1), ("Logger", 3)
+    ]  # fmt: skip
 
 
 def test_simulated_processes_that_disagree_are_named(tmp_path):

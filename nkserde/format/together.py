@@ -237,7 +237,7 @@ class TogetherWrite:
         f, self.file = self.file, None
         index, end = self.region
         try:
-            meta_all = {**self.meta, "process_count": self.size}
+            meta_all = {**self.meta, "process_count": self.size, "types": self.encoded.types}
             f.seek(end)
             merged = merge_per_process(self.encoded.tree, [m["per_process"] for m in self.layout.messages])
             write_header(f, end, merged, index, meta_all)

@@ -68,6 +68,7 @@ class Encoded(NamedTuple):
     nbytes: int
     own_blocks: list  # OwnBlock (process 0) or PreparedBlock (the others)
     replicated_checksums: dict  # array -> checksum, so process 0 need not hash them again
+    types: dict  # the stored objects' types and versions (process 0's go into the metadata)
 
 
 class Layout(NamedTuple):
@@ -89,10 +90,10 @@ def block_note(raw: list) -> BlockNote:
 def encode_part(part, rank: int, size: int) -> Encoded:
     """This process's ``part`` of the state, encoded (process ``rank`` of
     ``size``): the header tree, its arrays, what must agree, its blocks."""
-    arrays, paths, deferred = [], [], []
-    tree = tree_codec.encode(part, arrays, paths, rank=rank, n_processes=size, deferred=deferred)
+    arrays, paths, deferred, types = [], [], [], {}
+    tree = tree_codec.encode(part, arrays, paths, rank=rank, n_processes=size, deferred=deferred, types=types)
     common = len(arrays)  # arrays every process has; then process 0's records
-    tree_codec.encode_deferred(deferred, arrays, paths)
+    tree_codec.encode_deferred(deferred, arrays, paths, types)
     described, own_blocks, replicated = [], [], {}
     for i, (array, where) in enumerate(zip(arrays[:common], paths)):
         if isinstance(array, GlobalArray):
@@ -109,7 +110,7 @@ def encode_part(part, rank: int, size: int) -> Encoded:
             replicated[i] = digest
     nbytes = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays)
     agreed = agreed_part(tree, described)
-    return Encoded(tree, arrays, paths, common, described, agreed, nbytes, own_blocks, replicated)
+    return Encoded(tree, arrays, paths, common, described, agreed, nbytes, own_blocks, replicated, types)
 
 
 def lay_out(path, encoded: Encoded, messages: list[dict]) -> tuple[Layout, list[int]]:

@@ -59,11 +59,17 @@ def encode(
     rank: int = 0,
     n_processes: int = 1,
     deferred: list | None = None,
+    types: dict | None = None,
     path=(),
 ):
     """Returns the msgpack-safe tree; appends every array (numpy array or
-    GlobalArray) to ``arrays`` in tree order and its path to ``paths``.
-    Tuples become lists. In a per-process value, an array ``a`` of process
+    GlobalArray) to ``arrays`` in tree order and its path to ``paths``, and
+    records in ``types`` the ``{type name: schema version}`` of every stored
+    object (a ``{"@type", "@version", ...}`` dict: what a file's metadata
+    lists), in the order met: tree order, but for the ``Primary`` values
+    deferred (below), met when :func:`encode_deferred` encodes them; a type
+    met again keeps its first place and takes its last version. Tuples
+    become lists. In a per-process value, an array ``a`` of process
     ``rank`` becomes row ``rank`` of a ``[n_processes, ...]`` array.
 
     With several processes, a ``Primary`` value becomes ``{"@primary": None}``
@@ -71,15 +77,15 @@ def encode(
     then fills it in, numbering its arrays after all the others, so that
     the arrays every process has get the same numbers everywhere. ``path``:
     where ``tree`` sits (for errors and ``paths``)."""
-    return _Encoder(arrays, paths, rank, n_processes, deferred).node(tree, tuple(path), stacked=False)
+    return _Encoder(arrays, paths, rank, n_processes, deferred, types).node(tree, tuple(path), stacked=False)
 
 
 class _Encoder:
-    """One pass of :func:`encode`: where arrays and their paths go, and this
-    process's place among the others."""
+    """One pass of :func:`encode`: where arrays, their paths and the stored
+    types go, and this process's place among the others."""
 
-    def __init__(self, arrays: list, paths: list | None, rank: int, n_processes: int, deferred: list | None):
-        self.arrays, self.paths, self.deferred = arrays, paths, deferred
+    def __init__(self, arrays: list, paths, rank: int, n_processes: int, deferred: list | None, types: dict | None):
+        self.arrays, self.paths, self.deferred, self.types = arrays, paths, deferred, types
         self.rank, self.n_processes = rank, n_processes
 
     def node(self, tree, path: tuple, stacked: bool):
@@ -94,11 +100,15 @@ class _Encoder:
         if isinstance(tree, dict):
             for k in tree:
                 check_text(k, path, "dict key")
+            if self.types is not None and isinstance(tree.get(TYPE), str):
+                version = tree.get(VERSION)
+                # a file being migrated may hold anything there (an array): the metadata keeps ints
+                self.types[tree[TYPE]] = version if type(version) is int else None
             return {k: self.node(v, path + (k,), stacked) for k, v in tree.items()}
         if isinstance(tree, (list, tuple)):
             return [self.node(v, path + (i,), stacked) for i, v in enumerate(tree)]
         if isinstance(tree, ProcessValues):
-            return _encode_process_values(tree, self.arrays, self.paths, path)
+            return _encode_process_values(tree, self.arrays, self.paths, path, self.types)
         if isinstance(tree, PerProcess):
             inner = self.node(tree.value, path, stacked=True)
             return inner if stacked else {PER_PROCESS: [inner]}  # nested: already per process
@@ -149,14 +159,14 @@ def check_text(value, path, what: str) -> None:
         ) from None
 
 
-def _encode_process_values(tree: ProcessValues, arrays: list, paths, path) -> dict:
+def _encode_process_values(tree: ProcessValues, arrays: list, paths, path, types: dict | None) -> dict:
     """Every process's value as read from a file, written again by one
     process (a migration): the arrays at one place of every value are
     stacked into one ``[P, ...]`` array, as the processes' writes make it."""
     encoded = []  # (subtree, its arrays) of each process
     for value in tree.values:
         rows: list = []
-        encoded.append((encode(value, rows, path=path), rows))
+        encoded.append((encode(value, rows, types=types, path=path), rows))
     if any(len(rows) != len(encoded[0][1]) for _, rows in encoded):
         raise UnregisteredTypeError(f"{format_path(path)}: per-process values of different structures")
     first = len(arrays)
@@ -178,12 +188,12 @@ def _is_array(node) -> bool:
     return isinstance(node, dict) and len(node) == 1 and ARRAY in node
 
 
-def encode_deferred(deferred: list, arrays: list, paths: list | None = None) -> None:
+def encode_deferred(deferred: list, arrays: list, paths: list | None = None, types: dict | None = None) -> None:
     """Fills in the ``{"@primary": ...}`` nodes :func:`encode` deferred (on
-    process 0), appending their arrays; a value nested in one is encoded in
-    its place."""
+    process 0), appending their arrays and recording their types; a value
+    nested in one is encoded in its place."""
     for node, value, where in deferred:
-        node[PRIMARY] = encode(value, arrays, paths, path=where)
+        node[PRIMARY] = encode(value, arrays, paths, types=types, path=where)
 
 
 def _same_structure(a, b) -> bool:

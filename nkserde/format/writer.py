@@ -38,7 +38,9 @@ def drain(steps):
 
 def write_file(path, tree, meta: dict) -> Path:
     """Writes ``tree`` (a plain tree, see the package doc) and ``meta`` (a
-    msgpack-safe dict) to ``path`` atomically. Returns the path.
+    msgpack-safe dict) to ``path`` atomically; the metadata written is
+    ``meta`` with ``types``, the stored objects' types and versions, read
+    off the tree as it is encoded. Returns the path.
 
     Extra memory: at most one non-contiguous array's copy and one compression
     chunk at a time; contiguous numpy arrays are written from their buffers.
@@ -56,7 +58,8 @@ def write_file_steps(path, tree, meta: dict):
     path = Path(path)
     arrays: list[np.ndarray] = []
     paths: list = []
-    encoded = tree_codec.encode(tree, arrays, paths)
+    types: dict = {}
+    encoded = tree_codec.encode(tree, arrays, paths, types=types)
     index = []
     with atomic_write(path) as f:
         f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
@@ -68,7 +71,7 @@ def write_file_steps(path, tree, meta: dict):
             entry, position = yield from stream_array_steps(f, array, position)
             index.append({"dtype": name, "shape": list(array.shape), "nbytes": array.nbytes, **entry})
             yield
-        write_header(f, position, encoded, index, meta)
+        write_header(f, position, encoded, index, {**meta, "types": types})
     return path
 
 
@@ -80,7 +83,7 @@ def write_file_together(path, tree, meta: dict, comm: Communicator) -> Path:
     for replicated values, ``GlobalArray`` for arrays spread over processes,
     ``PerProcess`` for process-local values); writes one file at ``path``
     (a directory all processes see), atomically. ``meta`` is taken from
-    process 0. Returns the path on every process once the file is in place.
+    process 0 (with ``types``, as :func:`write_file`). Returns the path on every process once the file is in place.
 
     Two rounds through process 0 (docs/distributed.md): each process sends
     a digest of what must agree, its blocks' sizes and its per-process
