@@ -9,6 +9,8 @@ these, this is the file to change.
 from __future__ import annotations
 
 import functools
+import os
+import threading
 
 import jax
 
@@ -85,3 +87,45 @@ def reset_compilation_cache() -> None:
     from jax._src import compilation_cache
 
     compilation_cache.reset_cache()
+
+
+TEMPORARY_ENTRY_PREFIX = ".nkserde-writing-"  # never ends in JAX's "-cache": JAX and the prune skip it
+
+
+def write_cache_entries_atomically() -> None:
+    """Makes JAX's file cache write each entry into a temporary file of its
+    directory, then rename it into place (once per process): a reader in
+    another process or on another node (the other processes of a run read
+    while process 0 writes) finds no entry or the whole of it, never a part
+    it reports as an error, and a writer killed in the middle leaves no
+    truncated entry, which JAX would report on every later run and never
+    replace. Relies on ``jax._src.lru_cache.LRUCache.put`` (JAX 0.4.26 to
+    0.10); JAX's own ``put`` still writes with its eviction on (it takes a
+    lock around its reads and writes) and for a path that is not a local one."""
+    from pathlib import Path
+
+    from jax._src import lru_cache
+
+    if getattr(lru_cache.LRUCache.put, "writes_atomically", False):
+        return
+    jax_put = lru_cache.LRUCache.put
+
+    def put(self, key: str, value: bytes) -> None:
+        where = str(getattr(self, "path", ""))  # a pathlib or an etils path; "gs://..." is not local
+        if not key or not where or "://" in where or getattr(self, "eviction_enabled", True):
+            return jax_put(self, key, value)
+        directory = Path(where)
+        entry = directory / f"{key}{lru_cache._CACHE_SUFFIX}"
+        if entry.exists():  # JAX's rule: an entry is never replaced
+            return None
+        temporary = directory / f"{TEMPORARY_ENTRY_PREFIX}{key}.{os.getpid()}.{threading.get_native_id()}"
+        try:
+            temporary.write_bytes(value)
+            os.replace(temporary, entry)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        return None
+
+    put.writes_atomically = True
+    lru_cache.LRUCache.put = put

@@ -226,3 +226,52 @@ def test_a_resumed_run_says_how_long_it_took_and_where_the_time_went(tmp_path, c
     said = textwrap.dedent(caplog.text)
     assert "resumed in " in said and ": loading " in said and ", first step " in said, said
     assert "the step after it" in said
+
+
+def test_a_cache_entry_appears_whole_or_not_at_all(tmp_path, monkeypatch):
+    """JAX's put, as nkserde makes it: the entry is written under another
+    name and renamed into place, so that another process (the other
+    processes of a run read while process 0 writes) never reads a part of
+    it, and a writer killed in the middle leaves no truncated entry."""
+    from jax._src import lru_cache
+
+    from nkserde import jax_internals
+
+    jax_internals.write_cache_entries_atomically()
+    cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
+    value = os.urandom(100_000)
+    renames = []
+    rename = os.replace
+
+    def watched(source, target):
+        # at the rename: the entry is not there yet, all of it is in the temporary file
+        renames.append((Path(source).read_bytes() == value, Path(target).exists()))
+        rename(source, target)
+
+    monkeypatch.setattr(os, "replace", watched)
+    cache.put("jit_f-abc", value)
+    assert renames == [(True, False)]
+    assert cache.get("jit_f-abc") == value
+    assert [p.name for p in tmp_path.iterdir()] == ["jit_f-abc-cache"]  # nothing left beside it
+
+    def killed(source, target):
+        raise KeyboardInterrupt  # the writer stopped between its write and the rename
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        cache.put("jit_g-abc", value)
+    assert cache.get("jit_g-abc") is None  # no entry, so JAX compiles and writes it next time
+    assert [p.name for p in tmp_path.iterdir()] == ["jit_f-abc-cache"]
+
+
+def test_prune_deletes_what_a_killed_writer_left_once_it_is_an_hour_old(tmp_path):
+    from nkserde import jax_internals
+
+    old = tmp_path / f"{jax_internals.TEMPORARY_ENTRY_PREFIX}jit_f-abc.12.34"
+    new = tmp_path / f"{jax_internals.TEMPORARY_ENTRY_PREFIX}jit_g-abc.56.78"  # being written now
+    for path in (old, new):
+        path.write_bytes(b"x" * 10)
+    os.utime(old, (1000, 1000))
+    (tmp_path / "jit_h-abc-cache").write_bytes(b"x" * 10)
+    jax_executables.prune(tmp_path, 2**20)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new.name, "jit_h-abc-cache"])

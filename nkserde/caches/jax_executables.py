@@ -16,7 +16,9 @@ warning: "Do not share a compilation cache with users you do not trust");
 docs/explanations/threat-model.md.
 
 Every compilation is cached (JAX's default skips those under one second),
-JAX writes from process 0 only (its own rule in multi-process runs), and
+JAX writes from process 0 only (its own rule in multi-process runs), each
+entry renamed into place once written (the other processes, other nodes,
+read while it writes: they see all of an entry or none), and
 the cache is kept under ``max_bytes`` by deleting its least recently used
 entries when a run starts (process 0; JAX's own bound needs the
 ``filelock`` package, which NetKet does not install). Nothing is made on
@@ -32,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import time
 from pathlib import Path
 
 import jax
@@ -96,6 +99,7 @@ def use(directory=None, *, max_bytes: int | None) -> Path | None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        jax_internals.write_cache_entries_atomically()  # the cache is read by other processes, other nodes
         # JAX decides at its first compilation whether a cache is used; a
         # script that built its driver before has compiled already
         jax_internals.reset_compilation_cache()
@@ -127,9 +131,19 @@ def remove_empty_entries(directory: Path) -> int:
 
 
 def _without_empty_entries(directory: Path) -> tuple[int, list[Path]]:
-    """(how many empty entries were deleted, the entries left): one pass."""
+    """(how many empty entries were deleted, the entries left): one pass.
+    Also deletes the temporary files of writes older than an hour (a
+    writer killed before its rename; an entry takes seconds to write)."""
     empty, entries = 0, []
+    stale = time.time() - 3600
     for entry in Path(directory).iterdir():
+        if entry.name.startswith(jax_internals.TEMPORARY_ENTRY_PREFIX):
+            try:
+                if entry.stat().st_mtime < stale:
+                    entry.unlink()
+            except OSError:  # gone meanwhile: renamed into place, or another process pruning
+                pass
+            continue
         if not entry.name.endswith(_CACHE_SUFFIX):
             continue
         try:
