@@ -59,7 +59,7 @@ class Process:
     """The script running in a child process; stdout and stderr are read,
     line by line, by a thread."""
 
-    def __init__(self, args, env, cwd):
+    def __init__(self, args, env, cwd, timeout=TIMEOUT):
         self.popen = subprocess.Popen(
             [sys.executable, str(SCRIPT), *map(str, args)],
             stdout=subprocess.PIPE,
@@ -68,7 +68,8 @@ class Process:
             env=env,
             cwd=cwd,
         )
-        self.deadline = time.monotonic() + TIMEOUT
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
         self.lines: list[str] = []
         self._queue: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -95,7 +96,7 @@ class Process:
         while True:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                self.fail(f"no line {pattern!r} within {TIMEOUT} s")
+                self.fail(f"no line {pattern!r} within {self.timeout} s")
             try:
                 line = self._queue.get(timeout=remaining)
             except queue.Empty:
@@ -120,7 +121,7 @@ class Process:
         try:
             self.popen.wait(timeout=max(self.deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
-            self.fail(f"still running after {TIMEOUT} s")
+            self.fail(f"still running after {self.timeout} s")
         self._reader.join(timeout=10)
         return self.popen.returncode
 
@@ -135,8 +136,8 @@ class Runner:
         self.env = {**os.environ, "PYTHONUNBUFFERED": "1", "JAX_PLATFORMS": "cpu", "CKPT_JAX_CACHE": str(jax_cache)}
         self.processes: list[Process] = []
 
-    def start(self, driver, workdir, *options, env=None) -> Process:
-        process = Process([driver, workdir, *options], {**self.env, **(env or {})}, workdir)
+    def start(self, driver, workdir, *options, env=None, timeout=TIMEOUT) -> Process:
+        process = Process([driver, workdir, *options], {**self.env, **(env or {})}, workdir, timeout)
         self.processes.append(process)
         return process
 
@@ -476,7 +477,16 @@ def test_background_checkpoint_is_on_disk_before_the_next_step_ends_on_a_busy_no
     release = tmp_path / "release"
     try:
         process = runner.start(
-            "vmc", tmp_path, "--mode", "checkpointed", "--every", "3", env={"CKPT_STEP_HOLD": f"4:{release}"}
+            "vmc",
+            tmp_path,
+            "--mode",
+            "checkpointed",
+            "--every",
+            "3",
+            env={"CKPT_STEP_HOLD": f"4:{release}"},
+            # the hogs take all but a share of the cores the run started on:
+            # beside other work (CI's) its start-up alone may take minutes
+            timeout=3 * TIMEOUT,
         )
         process.wait_for(r"step 4")
         process.send(signal.SIGKILL)

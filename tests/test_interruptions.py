@@ -266,11 +266,11 @@ def test_a_stop_after_sampling_before_the_update_is_not_checkpointed(references,
 
 def test_a_short_torture(tmp_path):
     """tests/torture.py, short: three interruptions by random signals at
-    random moments of the first 8 s of a run (a rerun's start-up, resume
-    and steps on a busy machine), chained to the end; each chain ends as
-    the uninterrupted run (the long run's figures are in the notes of the
-    change that added it)."""
+    random moments of the first 6.5 s after a run's imports (a rerun's
+    start-up, resume and steps on a busy machine), chained to the end; each
+    chain ends as the uninterrupted run (the long run's figures are in the
+    notes of the change that added it)."""
     import torture
 
-    totals = torture.torture(tmp_path, interruptions=3, seed=29, chains=1, window=(1.0, 8.0))
+    totals = torture.torture(tmp_path, interruptions=3, seed=29, chains=1, window=(0.5, 6.5))
     assert totals["interruptions"] >= 3 and totals["chains"] >= 1
