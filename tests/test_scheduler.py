@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import netket as nk
@@ -254,6 +256,26 @@ def test_the_jobs_signal_after_a_finished_run_does_not_kill_the_program(caplog):
         assert "SIGUSR1 after the checkpointed run ended: ignored" in caplog.text
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+AT_EXIT = """
+import atexit, signal, sys
+def seen():  # registered first, so it runs last: in the interpreter's last moments
+    print(signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+atexit.register(seen)
+signal.signal(signal.SIGUSR1, lambda signum, frame: None)  # the script's own handler
+from nkserde.checkpoint.job import control
+control.absorb_late_signals((signal.SIGTERM, signal.SIGUSR1))
+"""
+
+
+def test_the_jobs_signal_is_ignored_once_the_interpreter_exits():
+    """Python's finalization puts SIG_DFL back for every signal with a
+    Python handler: the job's SIGUSR1 then would end a finished run's job
+    FAILED. At exit it is ignored; SIGTERM still ends the process."""
+    ran = subprocess.run([sys.executable, "-c", AT_EXIT], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.split() == ["True", "True"]
 
 
 def test_the_guard_reads_the_time_left_again_before_it_stops(caplog):

@@ -17,6 +17,7 @@ through the run's stop flag and never ask SLURM.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import signal
 from dataclasses import dataclass
@@ -371,9 +372,17 @@ def absorb_late_signals(signals) -> None:
     """In a SLURM job, once a run is done: the job's ``--signal`` (the
     signals of ``signals`` but SIGTERM) may still come, while the script
     ends or goes on after ``run()``; where Python would die of it (no
-    handler), it is noted and ignored, so a finished run's job completes."""
-    for signum in signals:
-        if signum == signal.SIGTERM or signal.getsignal(signum) is not signal.SIG_DFL:
+    handler), it is noted and ignored, so a finished run's job completes.
+    From the interpreter's exit on, they are ignored whatever their
+    handler: Python's finalization gives SIG_DFL back to every signal with
+    a Python handler, and the job's signal in the moments after would end a
+    completed job FAILED."""
+    late = {signum for signum in signals if signum != signal.SIGTERM}
+    if late and not _IGNORED_AT_EXIT:
+        atexit.register(_ignore_at_exit)
+    _IGNORED_AT_EXIT.update(late)
+    for signum in late:
+        if signal.getsignal(signum) is not signal.SIG_DFL:
             continue
         try:
             signal.signal(signum, _late_signal)
@@ -381,5 +390,13 @@ def absorb_late_signals(signals) -> None:
             return
 
 
+_IGNORED_AT_EXIT: set[int] = set()
+
+
 def _late_signal(signum, frame):
     say(f"{stop_name(signum)} after the checkpointed run ended: ignored (the job's --signal; nothing to stop)")
+
+
+def _ignore_at_exit() -> None:
+    for signum in _IGNORED_AT_EXIT:
+        signal.signal(signum, signal.SIG_IGN)  # atexit runs in the main thread
