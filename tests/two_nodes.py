@@ -155,8 +155,19 @@ def kill(node: str) -> float:
     return time.time()
 
 
-def power_on(node: str) -> None:
-    subprocess.run([str(TOOLS / "node-up.sh"), node], check=True, capture_output=True, timeout=120)
+def power_on(node: str, timeout: float = 180) -> None:
+    """``node`` powered on, its slurmd started. node-up.sh waits 20 s for
+    slurmd; a node's LazyFS first fills its cache (512 MB), which took 28 s
+    on a busy machine: its "slurmd did not start" is waited past here, up
+    to ``timeout`` s, for the pid file it removed before starting the node."""
+    up = subprocess.run([str(TOOLS / "node-up.sh"), node], capture_output=True, text=True, timeout=120)
+    if up.returncode == 0:
+        return
+    if "slurmd did not start" not in up.stderr:
+        raise RuntimeError(f"node-up.sh {node}: exit {up.returncode}: {up.stderr.strip()}")
+    pid_file, console = STATE / node / "slurmd.pid", STATE / node / "console.log"
+    wait_for(f"{node}'s slurmd", lambda: pid_file.exists() and pid_file.stat().st_size > 0, timeout,
+             seen=lambda: up.stderr.strip() + " | " + console.read_text(errors="replace")[-600:])  # fmt: skip
 
 
 def node_exec(node: str, command: list[str], *, env: dict, cwd: Path, output: Path) -> subprocess.Popen:
