@@ -259,7 +259,7 @@ def test_the_jobs_signal_after_a_finished_run_does_not_kill_the_program(caplog):
 
 
 AT_EXIT = """
-import atexit, signal, sys
+import atexit, signal
 def seen():  # registered first, so it runs last: in the interpreter's last moments
     print(signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
 atexit.register(seen)

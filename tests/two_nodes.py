@@ -157,9 +157,10 @@ def kill(node: str) -> float:
 
 def power_on(node: str, timeout: float = 180) -> None:
     """``node`` powered on, its slurmd started. node-up.sh waits 20 s for
-    slurmd; a node's LazyFS first fills its cache (512 MB), which took 28 s
-    on a busy machine: its "slurmd did not start" is waited past here, up
-    to ``timeout`` s, for the pid file it removed before starting the node."""
+    slurmd, which starts once the node's LazyFS has filled its 512 MB
+    cache: longer on a busy machine. Its "slurmd did not start" is waited
+    past here, up to ``timeout`` s, for the pid file it removed before
+    starting the node."""
     up = subprocess.run([str(TOOLS / "node-up.sh"), node], capture_output=True, text=True, timeout=120)
     if up.returncode == 0:
         return

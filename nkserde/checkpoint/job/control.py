@@ -368,6 +368,9 @@ def warn_if_suspending(job: Job, label: str) -> None:
     )
 
 
+_IGNORED_AT_EXIT: set[int] = set()  # the signals ignored from the interpreter's exit on
+
+
 def absorb_late_signals(signals) -> None:
     """In a SLURM job, once a run is done: the job's ``--signal`` (the
     signals of ``signals`` but SIGTERM) may still come, while the script
@@ -388,9 +391,6 @@ def absorb_late_signals(signals) -> None:
             signal.signal(signum, _late_signal)
         except ValueError:  # not the main thread
             return
-
-
-_IGNORED_AT_EXIT: set[int] = set()
 
 
 def _late_signal(signum, frame):
