@@ -24,6 +24,7 @@ from .errors import (
     in_file,
 )
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
+from .placement import fetched
 
 # what save and load store: NetKet's types are registered before either runs
 from . import netket as _netket_registrations  # noqa: F401
@@ -97,7 +98,9 @@ def save(obj, path) -> Path:
     file: replicated values once, arrays split over processes assembled from
     each process's blocks, per-process values stacked. See
     docs/distributed.md."""
-    return save_state_dict(tree.to_state_dict(obj), path, root_type=type(obj).__name__)
+    held: list = []  # arrays in device memory: their copies to the host all go on at once
+    state = tree.to_state_dict(obj, held=held)
+    return fileformat.drain(save_state_dict_steps(state, path, root_type=type(obj).__name__, held=held))
 
 
 def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
@@ -107,15 +110,20 @@ def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
     return fileformat.drain(save_state_dict_steps(state, path, root_type=root_type))
 
 
-def save_state_dict_steps(state, path, *, root_type: str | None = None, sequence: str | None = None):
+def save_state_dict_steps(state, path, *, root_type: str | None = None, sequence: str | None = None, held=()):
     """:func:`save_state_dict` as a generator of steps, each a bounded piece
     of the write, returning the path: any thread may advance it (a
     background writer that falls behind is finished by the run's thread).
     In a run of several processes each round with the others is one step.
     ``sequence``: the name of a series of saves that never overlap (a
     Checkpoint's, one directory): they share coordination keys, each
-    deleting the last one's; by default one per target file."""
+    deleting the last one's; by default one per target file. ``held``: the
+    arrays of ``state`` still in device memory (``tree.to_state_dict``'s
+    ``held``), copied to the host by the first step."""
     path = Path(path)
+    if held:
+        state = fetched(state)
+        yield
     meta = new_meta(state, root_type or type(state).__name__)
     if jax.process_count() > 1:
         from .processes.jax_service import coordination_name, group

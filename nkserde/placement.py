@@ -17,7 +17,11 @@ In a run of several JAX processes a value is one of four things:
   (arrays as ``[n_processes, ...]``) and a load hands each process its own,
   or one derived from a saved one when the number of processes changed.
 
-These classes know nothing of JAX or NetKet: blocks are numpy arrays.
+A snapshot taken for a background write holds the arrays still in device
+memory as :class:`OnDevice` until the write copies them to the host.
+
+These classes know nothing of JAX or NetKet: blocks are numpy arrays (or
+:class:`OnDevice` ones until fetched).
 """
 
 from __future__ import annotations
@@ -119,21 +123,49 @@ class Resizable:
     announce: bool = True  # warn when resized (one field per object is enough)
 
 
-def map_arrays(fn, state):
-    """``state`` with ``fn`` applied to every numpy array in it, including the
-    blocks of global arrays and the values of per-process fields."""
+class OnDevice:
+    """An array of a snapshot that is still in device memory (a GPU's, a
+    TPU's): its copy to the host was started when the snapshot was taken
+    and goes on while the run does. :meth:`fetch` waits for that copy and
+    returns it; from then on only the host copy is held, so the device
+    memory goes back as soon as the run no longer uses the array.
+    ``array``: anything ``np.asarray`` copies to the host (a JAX array, one
+    shard's data)."""
+
+    __slots__ = ("_array",)
+
+    def __init__(self, array):
+        self._array = array
+
+    def fetch(self) -> np.ndarray:
+        host = np.asarray(self._array)
+        self._array = host
+        return host
+
+
+def fetched(state):
+    """``state`` with every :class:`OnDevice` array in it (blocks of global
+    arrays and per-process values included) replaced by its host copy."""
+    return map_arrays(OnDevice.fetch, state, kind=OnDevice)
+
+
+def map_arrays(fn, state, kind: type = np.ndarray):
+    """``state`` with ``fn`` applied to every array of ``kind`` (numpy
+    arrays, or :class:`OnDevice` ones) in it, including the blocks of global
+    arrays and the values of per-process fields."""
 
     def leaf(node):
-        if isinstance(node, np.ndarray):
+        if isinstance(node, kind):
             return fn(node)
         if isinstance(node, GlobalArray):
-            return GlobalArray(node.shape, node.dtype, tuple((s, fn(b)) for s, b in node.blocks))
+            blocks = tuple((s, fn(b) if isinstance(b, kind) else b) for s, b in node.blocks)
+            return GlobalArray(node.shape, node.dtype, blocks)
         if isinstance(node, PerProcess):
-            return PerProcess(map_arrays(fn, node.value), node.derive)
+            return PerProcess(map_arrays(fn, node.value, kind), node.derive)
         if isinstance(node, Primary):
-            return Primary(map_arrays(fn, node.value))
+            return Primary(map_arrays(fn, node.value, kind))
         if isinstance(node, ProcessValues):
-            return ProcessValues([map_arrays(fn, v) for v in node.values])
+            return ProcessValues([map_arrays(fn, v, kind) for v in node.values])
         return node
 
     return nested.map_leaves(leaf, state)

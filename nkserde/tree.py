@@ -20,37 +20,59 @@ from .format.layout import DTYPES, dtype_name
 from .errors import UnregisteredTypeError, format_path
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
-from .placement import GlobalArray, PerProcess, Primary, Resizable, full_index
+from .placement import GlobalArray, OnDevice, PerProcess, Primary, Resizable, full_index
 
 
 SCALARS = (bool, int, float, complex, str, bytes)
 
 
-def _host_array(x: jax.Array) -> np.ndarray | GlobalArray:
+def _host_array(x: jax.Array, held: list | None) -> np.ndarray | OnDevice | GlobalArray:
     """A host view of ``x``. Spread over processes, a replicated array is this
     process's copy and a split one a :class:`GlobalArray` of the blocks this
     process writes (one replica of each, the ``replica_id == 0`` one):
-    nothing is gathered across processes."""
+    nothing is gathered across processes. With ``held`` (a list), an array
+    in device memory other than the host's is not copied here: its copy is
+    started and it is an :class:`OnDevice`, also appended to ``held``."""
     if x.is_fully_addressable:
-        return np.asarray(x)  # zero-copy for CPU arrays
+        return _host(x, held)
     if x.sharding.is_fully_replicated:
-        return np.asarray(x.addressable_data(0))
+        return _host(x.addressable_data(0), held)
     blocks = tuple(
-        (tuple(s.start for s in full_index(shard.index, x.shape)), np.asarray(shard.data))
+        (tuple(s.start for s in full_index(shard.index, x.shape)), _host(shard.data, held))
         for shard in x.addressable_shards
         if shard.replica_id == 0
     )
     return GlobalArray(tuple(x.shape), np.dtype(x.dtype), blocks)
 
 
+# the platforms whose arrays are in the host's memory: read in place
+HOST_PLATFORMS = frozenset({"cpu"})
+
+
+def _host(x: jax.Array, held: list | None) -> np.ndarray | OnDevice:
+    if held is None or next(iter(x.sharding.device_set)).platform in HOST_PLATFORMS:
+        return np.asarray(x)  # zero-copy for CPU arrays
+    # JAX arrays are immutable (NetKet donates no buffers): the snapshot
+    # holds x while its copy to the host goes on, and the run goes on too
+    x.copy_to_host_async()
+    device_array = OnDevice(x)
+    held.append(device_array)
+    return device_array
+
+
 # --------------------------------------------------------------------------- save
 
 
-def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
+def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None = None) -> Any:
     """The state dict of ``obj``; raises UnregisteredTypeError naming the path
     of the first value nkserde does not know how to store. ``check_only``:
     only check that it can be stored (JAX arrays are not read: the result
-    holds a ``jax.ShapeDtypeStruct`` of each in its place)."""
+    holds a ``jax.ShapeDtypeStruct`` of each in its place). ``held``: a
+    list; then the walk waits for no device: each JAX array in device
+    memory other than the host's (a GPU's, a TPU's) has its copy to the
+    host started and stands in the result as a
+    :class:`~nkserde.placement.OnDevice`, appended to ``held`` too
+    (:func:`nkserde.placement.fetched` gives the numpy arrays)."""
     if obj is None or isinstance(obj, SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
             tree_codec.check_text(obj, path, "string")
@@ -63,26 +85,26 @@ def to_state_dict(obj, path=(), *, check_only: bool = False) -> Any:
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
         if builtin_types.is_key_array(obj):
-            return _node(registry.lookup(builtin_types.KeyArray), obj, path, check_only)
+            return _node(registry.lookup(builtin_types.KeyArray), obj, path, check_only, held)
         _check_dtype(obj.dtype, path)
-        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if check_only else _host_array(obj)
+        return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if check_only else _host_array(obj, held)
     reg = registry.lookup(type(obj))
     if reg is not None:
-        return _node(reg, obj, path, check_only)
+        return _node(reg, obj, path, check_only, held)
     if isinstance(obj, PerProcess):
-        return PerProcess(to_state_dict(obj.value, path, check_only=check_only))
+        return PerProcess(to_state_dict(obj.value, path, check_only=check_only, held=held))
     if isinstance(obj, Primary):
-        return Primary(to_state_dict(obj.value, path, check_only=check_only))
+        return Primary(to_state_dict(obj.value, path, check_only=check_only, held=held))
     if isinstance(obj, Resizable):
-        return to_state_dict(obj.value, path, check_only=check_only)
+        return to_state_dict(obj.value, path, check_only=check_only, held=held)
     if isinstance(obj, Mapping):
         out, seen = {}, {}
         for k, v in obj.items():
             key = _new_key(k, seen, path)
-            out[key] = to_state_dict(v, path + (key,), check_only=check_only)
+            out[key] = to_state_dict(v, path + (key,), check_only=check_only, held=held)
         return out
     if type(obj) in (list, tuple):
-        return [to_state_dict(v, path + (i,), check_only=check_only) for i, v in enumerate(obj)]
+        return [to_state_dict(v, path + (i,), check_only=check_only, held=held) for i, v in enumerate(obj)]
     raise unregistered(obj, path)
 
 
@@ -147,7 +169,7 @@ def _check_dtype(dtype, path) -> None:
         )
 
 
-def _node(reg: registry.Registration, obj, path, check_only: bool) -> dict:
+def _node(reg: registry.Registration, obj, path, check_only: bool, held: list | None) -> dict:
     try:
         fields = reg.to_state(obj)
     except registry.FieldNotStored as exc:
@@ -157,5 +179,5 @@ def _node(reg: registry.Registration, obj, path, check_only: bool) -> dict:
     out, seen = {TYPE: reg.name, VERSION: reg.version}, {}
     for k, v in fields.items():
         key = _new_key(k, seen, path)
-        out[key] = to_state_dict(v, path + (key,), check_only=check_only)
+        out[key] = to_state_dict(v, path + (key,), check_only=check_only, held=held)
     return out

@@ -2,6 +2,7 @@
 raised at the next call, a lagging write finished by the caller."""
 
 import threading
+import time
 
 import pytest
 
@@ -135,8 +136,6 @@ def test_the_cpu_a_background_write_used_is_counted_for_the_schedule():
     # every=auto prices an asynchronous checkpoint at its snapshot, the
     # caller's wait and this CPU time: a run whose steps fill every core
     # loses it (the 1-s-step benchmark overran its 1% budget sixfold without it)
-    import time
-
     writer = CheckpointWriter("dir")
     writer.submit(_burning(0.02), asynchronous=True)
     while not writer._write.done:  # let the background thread do every step
@@ -169,6 +168,8 @@ def test_a_write_a_lost_process_failed_ends_the_run_whatever_on_write_error_says
         yield
 
     saver.writer.submit(steps(), asynchronous=True, target=tmp_path / "step-0000000010.nks")
+    while not saver.writer.in_flight.done:  # the background thread ran it
+        time.sleep(0.005)
     with pytest.raises(PeerLostError, match="process 1 did not reach") as lost:
-        saver.wait_timed(None)
+        saver.step_ended(None)
     assert lost.value.missing == [1] and "step-0000000010.nks" in str(lost.value)

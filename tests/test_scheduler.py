@@ -92,6 +92,19 @@ def test_the_guard_keeps_a_step_and_a_checkpoint_with_margin():
     assert guard.due(1000.0 - reserve + 0.01)
 
 
+def test_the_guard_keeps_time_for_a_write_still_in_flight_at_the_stop():
+    """Checkpoints written in the background: the run's last checkpoint,
+    synchronous, first waits for one still in flight. Before a synchronous
+    one was measured, the last is priced as a background write."""
+    guard = WalltimeGuard(1000.0, StepTimes(), margin=0.0)
+    for t in (0.0, 1.0, 3.0):
+        guard.steps.started(t)
+    guard.saved(4.0, in_background=True)
+    assert guard.reserve() == SLOWDOWN * (2.0 + 4.0 + 4.0)
+    guard.saved(1.0)  # a synchronous checkpoint (a stop, the run's end)
+    assert guard.reserve() == SLOWDOWN * (2.0 + 1.0 + 4.0)
+
+
 def test_the_first_step_counts_while_it_is_the_only_one():
     guard = WalltimeGuard(100.0, StepTimes(), margin=0.0)
     guard.steps.started(0.0)

@@ -144,8 +144,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise problem
         self.resumed_from = self.interrupted = self._run = None
         self._files = RunDirectory(self.directory, jobs=slurm.job_record)
-        self._saver = Saver(self._files, keep=self.options.keep, on_write_error=self.options.on_write_error)
         self._interruptions = Interruptions(self.directory, self.options.job)
+        self._saver = Saver(
+            self._files,
+            keep=self.options.keep,
+            on_write_error=self.options.on_write_error,
+            written=self._interruptions.saved,  # the walltime guard keeps time for the final checkpoint
+        )
 
     @property
     def callback_order(self) -> int:
@@ -223,12 +228,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             self._run.dirty_step = driver.step_count
 
     def on_step_end(self, step, log_data, driver):
-        # The checkpoint taken at this step's start must be on disk before
-        # the step ends: a background write that lags (a busy node starves
-        # its low-priority thread) is finished here, at the run's priority.
-        written = self._saver.wait_timed(self._run)
-        if written is not None:
-            self._interruptions.saved(written)  # the walltime guard keeps time for the last one
+        # a background write goes on across steps; the Saver's rule says
+        # when the run's thread waits for it (persist/saving.py)
+        self._saver.step_ended(self._run)
 
     def on_step_start(self, step, log_data, driver):
         run = self._run
@@ -354,9 +356,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
     # ------------------------------------------------------------------ parts
 
     def _save(self, driver, *, asynchronous: bool, stopped: bool = False):
-        seconds = self._saver.save(driver, self._run, asynchronous=asynchronous, stopped=stopped)
-        if not asynchronous:
-            self._interruptions.saved(seconds)
+        self._saver.save(driver, self._run, asynchronous=asynchronous, stopped=stopped)
 
     def _half_step(self, what: str):
         warnings.warn(

@@ -149,10 +149,10 @@ class JobControl:
         self._discard = max(0, self._discard - 1)
         return measured
 
-    def saved(self, seconds: float) -> None:
+    def saved(self, seconds: float, in_background: bool = False) -> None:
         stopped = self._discard > 0 or (self.stopped_time is not None and self.stopped_time.pending)
         if self.guard is not None and not stopped:  # a save the process was stopped in is no measure
-            self.guard.saved(seconds)
+            self.guard.saved(seconds, in_background)
 
     def _catch_up(self, now: float) -> None:
         """The stops since the last look (SIGCONT): the guard forgets the

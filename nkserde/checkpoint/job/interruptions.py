@@ -91,11 +91,12 @@ class Interruptions:
         measures a step (False: the process was stopped in it)."""
         return self.job.step_started(now)
 
-    def saved(self, seconds: float) -> None:
-        """A checkpoint took ``seconds`` of the run (the walltime guard
-        keeps time for the last one)."""
+    def saved(self, seconds: float, in_background: bool = False) -> None:
+        """A checkpoint took ``seconds`` (of the run; ``in_background``: from
+        its snapshot to its file): the walltime guard keeps time for the
+        last one, and for one in flight then."""
         if self.job is not None:
-            self.job.saved(seconds)
+            self.job.saved(seconds, in_background)
 
     def requested(self, run: Run, now: float, lock_lost: bool = False) -> int | None:
         """The reason (a signal number, WALLTIME, or LOCK_LOST: process 0's

@@ -193,6 +193,12 @@ class CheckpointWriter:
             self.background_cpu = write.background_cpu_seconds
 
     @property
+    def in_flight(self) -> BackgroundWrite | None:
+        """The write submitted last, until :meth:`wait` takes it in (it may
+        have ended: ``done``)."""
+        return self._write
+
+    @property
     def error(self) -> BaseException | None:
         """The error of a finished write not raised yet."""
         return self._error

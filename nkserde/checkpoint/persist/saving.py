@@ -1,15 +1,35 @@
 """The save path of a checkpointed run: what a checkpoint holds
 (:func:`payload`: the driver, the end of the run, its loggers and
-callbacks), a checkpoint of the driver at a step boundary, written (in the
-background from a host copy of the state, or not) and verified, then the
-checkpoints the keep policy no longer keeps retired; a write that fails
-warned about or raised (``on_write_error``; a write that failed because a
-process of the run is gone always ends the run), a deletion that fails
-warned about apart. At most one write is in flight.
+callbacks), a checkpoint of the driver at a step boundary, written and
+verified, then the checkpoints the keep policy no longer keeps retired; a
+write that fails warned about or raised (``on_write_error``; a write that
+failed because a process of the run is gone always ends the run), a
+deletion that fails warned about apart.
+
+A save, synchronous or not, is one line of stages: the snapshot (the
+state dict, with the arrays in device memory held and their copies to
+the host started, numpy memory the run may change copied), then the
+arrays to the host, encoded, written, committed and verified. An
+asynchronous save returns after the snapshot; the rest goes on in a
+background thread (CheckpointWriter) across as many steps as it needs.
+
+Who waits for a write in flight is decided here, by one rule: it is
+waited for (and what is left of it done by the run's thread) by
+
+* the next checkpoint, before its snapshot (one write at a time: the
+  history log's rows follow on);
+* the run's end, a stop (a signal, the walltime) and a failure;
+* the end of a step once the write has been in flight for longer than
+  :data:`LAG_FLOOR` seconds and twice the previous write: its thread, at
+  the lowest CPU priority, is starved on a busy node.
+
+Nothing else waits: on a GPU or TPU, where a step takes milliseconds, the
+run goes on while its checkpoint is copied and written.
 
     saver = Saver(files, keep=KeepLatest(3), on_write_error="warn")
     seconds = saver.save(driver, run, asynchronous=True)   # the run's share
-    saver.wait()                                           # on disk (or failed)
+    saver.step_ended(run)                                  # every step's end
+    saver.wait(run)                                        # on disk (or failed)
     saver.finish()                                         # the run's end
 """
 
@@ -22,7 +42,7 @@ import warnings
 import jax
 import numpy as np
 
-from ... import api
+from ... import api, tree
 from ..._log import say
 from ..._warnings import outside
 from ...checkpoint_files import content as checkpoint_file
@@ -61,37 +81,53 @@ def check_storable(driver, run: Run, directory) -> None:
         raise in_file(exc, f"{directory}: this run cannot be checkpointed") from None
 
 
+# A background write in flight longer than this (and than twice the one
+# before it) at a step's end is falling behind: a write of a 1 GB state
+# from a TPU takes about a second, a starved thread on a busy node
+# minutes. Steps of a second or more keep the checkpoint of step k on disk
+# before the step after it ends.
+LAG_FLOOR = 1.0
+
+
 class Saver:
     """Writes the checkpoints of the runs in ``files`` (a RunDirectory);
-    ``keep``: the policy retention applies after each verified write."""
+    ``keep``: the policy retention applies after each verified write;
+    ``written(seconds, in_background)``: told how long each checkpoint took
+    (a synchronous one: the run's time; one written in the background:
+    from its snapshot to its file)."""
 
-    def __init__(self, files: RunDirectory, *, keep, on_write_error: str):
+    def __init__(self, files: RunDirectory, *, keep, on_write_error: str, written=None):
         self.files = files
         self.keep = keep
         self.on_write_error = on_write_error
+        self.written = written
         self.writer = CheckpointWriter(files.path)
         self._retire_failures: list = []  # (step, OSError) from the writing thread
+        self._previous_lag = 0.0  # seconds from snapshot to file of the last background write
 
     def save(self, driver, run: Run, *, asynchronous: bool, stopped: bool = False) -> float:
         """Checkpoints ``run.completed`` steps of ``driver``; returns the
         seconds the run's thread spent (all of the write unless
-        ``asynchronous``: then :meth:`wait_timed` counts the rest), which
-        the run's save schedule counts as a checkpoint's cost."""
+        ``asynchronous``: then only the snapshot, and :meth:`wait` counts
+        the rest), which the run's save schedule counts as a checkpoint's
+        cost."""
         completed = run.completed
         started = time.monotonic()
         run.saving = True  # a Ctrl-C now waits for the save (see SignalCatcher)
         try:
             # the write in flight appends to the history log: this one's rows start where it ended
-            self.writer.wait()
+            self.wait(run)
             self.settle()
-            state = api.state_dict(payload(driver, run, completed, stopped))
+            held: list = []
+            state = tree.to_state_dict(payload(driver, run, completed, stopped), held=held)
             # the loggers' rows since the last checkpoint, copied, to be appended to the history log
             state, history = run.histories.prepare(state, completed)
             if asynchronous:
                 state = host_copy(state)
             path = self.files.step_path(completed)
             try:
-                steps = self._write_steps(state, path, completed, history)
+                steps = self._write_steps(state, path, completed, history, held)
+                del state, held  # the write holds them: fetched arrays free their device memory
                 self.writer.submit(steps, asynchronous=asynchronous, target=path)
             except NkserdeError as exc:
                 run.last_saved = completed  # a failed checkpoint is not retried at the same step
@@ -101,32 +137,46 @@ class Saver:
         finally:
             run.saving = False
         seconds = run.snapshot_seconds = time.monotonic() - started
-        if not asynchronous and run.schedule is not None:
+        if run.schedule is not None:  # (asynchronous: the run's share so far; wait() adds the rest)
             run.schedule.saved(seconds)
+        if not asynchronous and self.written is not None:
+            self.written(seconds, in_background=False)
         return seconds
 
-    def wait(self) -> None:
-        """Blocks until the write in flight (if any) has finished; whatever
-        the background thread has not done yet, this thread does."""
-        self.writer.wait()
+    def step_ended(self, run: Run | None) -> None:
+        """A step of ``run`` ended: a background write that has ended is
+        taken in (its cost counted, its error raised if a process of the
+        run is gone); one that is falling behind (see :data:`LAG_FLOOR`)
+        is finished by this thread. Else nothing waits."""
+        write = self.writer.in_flight
+        if write is None:
+            return
+        if write.done or time.monotonic() - write.created_at >= max(LAG_FLOOR, 2 * self._previous_lag):
+            self.wait(run)
 
-    def wait_timed(self, run: Run | None) -> float | None:
-        """:meth:`wait`; if that ended a background write of ``run``: the
-        seconds from its snapshot to its file, once the schedule counted
-        what the write cost the run (its snapshot, this wait, and the CPU
-        its thread used, which a run whose steps fill every core loses; on
-        a node with idle cores this counts it twice: the budget is kept
-        either way)."""
+    def wait(self, run: Run | None = None) -> None:
+        """Blocks until the write in flight (if any) has ended; whatever
+        the background thread has not done yet, this thread does. A
+        background write of ``run`` that ends here is counted: the save
+        schedule prices it at what it cost the run (its snapshot, this
+        wait, and the CPU its thread used, which a run whose steps fill
+        every core loses; on a node with idle cores this counts it twice:
+        the budget is kept either way), ``written`` is told its time from
+        snapshot to file. A write that failed because a process of the
+        run is gone raises PeerLostError here."""
         writer = self.writer
         writes, waited = len(writer.lags), time.monotonic()
         writer.wait()
         waited = time.monotonic() - waited
         if isinstance(writer.error, PeerLostError):
             self.settle()  # raises it
-        if run is None or run.schedule is None or len(writer.lags) == writes:
-            return None
-        run.schedule.saved(run.snapshot_seconds + waited + writer.background_cpu)
-        return writer.lags[-1][1]
+        if len(writer.lags) == writes:
+            return
+        lag = self._previous_lag = writer.lags[-1][1]
+        if run is not None and run.schedule is not None:
+            run.schedule.saved(run.snapshot_seconds + waited + writer.background_cpu)
+        if self.written is not None:
+            self.written(lag, in_background=True)
 
     def settle(self) -> None:
         """The error of the last write, if it failed: raised or warned about
@@ -181,15 +231,17 @@ class Saver:
             raise exc
         warnings.warn(f"nkserde: {exc}; {self.newest()}; the run goes on (on_write_error='warn')", stacklevel=outside())
 
-    def _write_steps(self, state, path, completed, history=None):
+    def _write_steps(self, state, path, completed, history, held):
         """The steps of writing one checkpoint (see background_write.BackgroundWrite).
         ``history``: process 0's steps appending its loggers' new rows to the
-        history log, first: they return the position the checkpoint records."""
+        history log, first: they return the position the checkpoint records.
+        ``held``: the arrays of ``state`` in device memory."""
         if history is not None:
             state = {**state, checkpoint_file.HISTORY: primary((yield from history))}
         # every process together; one write in flight, so one key sequence for the directory
         sequence = coordination_name("checkpoint:save", self.files.path)
-        yield from api.save_state_dict_steps(state, path, root_type=checkpoint_file.ROOT_TYPE, sequence=sequence)
+        root = checkpoint_file.ROOT_TYPE
+        yield from api.save_state_dict_steps(state, path, root_type=root, sequence=sequence, held=held)
         if jax.process_index() == 0:  # directory upkeep is process 0's
             yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
             # a deletion that fails is not a failure of this write: said apart
