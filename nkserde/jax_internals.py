@@ -48,6 +48,14 @@ def concrete_mesh():
     return None if mesh is None or mesh.empty else mesh
 
 
+def using_mesh(mesh):
+    """A context in which ``mesh`` is the mesh set (``jax.sharding.set_mesh``
+    as a context manager since JAX 0.8; ``jax.sharding.use_mesh`` in JAX
+    0.7, where ``set_mesh`` sets it for good)."""
+    use_mesh = getattr(jax.sharding, "use_mesh", None)
+    return use_mesh(mesh) if use_mesh is not None else jax.sharding.set_mesh(mesh)
+
+
 def weak_typed(x):
     """``x`` as a weakly typed array of its own dtype. Relies on
     ``jax._src.lax.lax._convert_element_type(x, dtype, weak_type=True)``,

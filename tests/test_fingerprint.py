@@ -265,12 +265,60 @@ def qsr(basis_letters="XYZ"):
     return nkx.QSR((sigma, bases), 16, optax.sgd(0.01), variational_state=vs, seed=7)
 
 
+def _device_of(x) -> int:
+    """The id of the device ``x`` is on (0 for a value JAX is tracing)."""
+    try:
+        return min(d.id for d in x.devices())
+    except (AttributeError, jax.errors.ConcretizationTypeError):
+        return 0
+
+
+def device_arithmetic_log_cosh(x):
+    """log_cosh as another platform's arithmetic computes it: off in the
+    7th digit on device 1 (a TPU's emulated float64, a GPU's own exp)."""
+    return nk.nn.log_cosh(x) * (1 + 1e-6 * _device_of(x))
+
+
+def device_arithmetic_schedule(step):
+    """A learning-rate schedule off in the 7th digit on device 1."""
+    return 0.01 / (1 + step / 100) * (1 + 1e-6 * _device_of(step))
+
+
+def device_arithmetic_vmc():
+    """A VMC whose model and optimizer compute otherwise on device 1."""
+    hilbert = nk.hilbert.Spin(0.5, N=4)
+    H = nk.operator.Ising(hilbert, nk.graph.Chain(4), h=1.0)
+    model = nk.models.RBM(alpha=1, param_dtype=float, activation=device_arithmetic_log_cosh)
+    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=4), model, n_samples=16, seed=0)
+    return nk.driver.VMC(H, optax.adam(device_arithmetic_schedule), variational_state=vs)
+
+
 _PRINT_FINGERPRINTS = """
 import json, sys
+import jax, jax.numpy as jnp, numpy as np
 sys.path.insert(0, {tests!r})
-from test_fingerprint import qsr, vmc
+from test_fingerprint import device_arithmetic_log_cosh, device_arithmetic_vmc, qsr, vmc
 from nkserde.checkpoint.fingerprint import fingerprint
-print(json.dumps({{"gcnn": fingerprint(vmc(model="gcnn")), "qsr": fingerprint(qsr())}}))
+import contextlib
+from nkserde import jax_internals
+first, second = jax.devices()
+mesh = jax_internals.concrete_mesh()  # NetKet's, of both devices
+def run_on(device):  # NetKet's mesh and JAX's default device of a run on that device alone
+    context = contextlib.ExitStack()
+    alone = jax.sharding.Mesh(np.array([device]), mesh.axis_names, axis_types=mesh.axis_types)
+    context.enter_context(jax_internals.using_mesh(alone))
+    context.enter_context(jax.default_device(device))
+    return context
+def log_cosh_on(device):
+    with run_on(device):
+        return np.asarray(device_arithmetic_log_cosh(jnp.linspace(-2.0, 2.0, 9)))
+differs = bool((log_cosh_on(first) != log_cosh_on(second)).any())
+with run_on(first):
+    on_first = fingerprint(device_arithmetic_vmc())
+with run_on(second):  # as a run on a GPU or TPU
+    on_second = fingerprint(device_arithmetic_vmc())
+devices = {{"arithmetic_differs": differs, "on_first": on_first, "on_second": on_second}}
+print(json.dumps({{"gcnn": fingerprint(vmc(model="gcnn")), "qsr": fingerprint(qsr()), "devices": devices}}))
 """
 
 
@@ -278,11 +326,17 @@ print(json.dumps({{"gcnn": fingerprint(vmc(model="gcnn")), "qsr": fingerprint(qs
 def in_other_processes():
     """The fingerprints of a GCNN's VMC and of a QSR, computed in another
     Python process, of a hash seed other than this one's (the tests compare
-    them with this process's; one launch for both tests: a launch imports
-    NetKet)."""
+    them with this process's), with two CPU devices, and of a run placed on
+    either (one launch for all: a launch imports NetKet). No cache: every
+    probe computes there."""
     script = _PRINT_FINGERPRINTS.format(tests=str(Path(__file__).parent))
     # this process's seed is random, unless PYTHONHASHSEED fixes it
-    env = {**os.environ, "PYTHONHASHSEED": "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"}
+    env = {
+        **os.environ,
+        "PYTHONHASHSEED": "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+        "NKSERDE_COMPILATION_CACHE": "off",
+    }
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(done.stdout.strip().splitlines()[-1])]
@@ -293,6 +347,37 @@ def test_same_in_every_process_whatever_the_hash_seed(in_other_processes):
     processes; the fingerprint does not."""
     (other,) = (out["gcnn"] for out in in_other_processes)
     assert other == fingerprint(vmc(model="gcnn"))
+
+
+def test_the_same_script_has_the_same_fingerprint_whatever_device_the_run_computes_on(in_other_processes):
+    """A GPU's or a TPU's arithmetic differs from a CPU's in the last bits,
+    which the probes' digests see: here an activation and a schedule whose
+    values depend on the device they compute on, and a run whose default
+    device is the second. Its fingerprint is the one of the run on the
+    first: the probes compute on the host's CPU, so a run moved between a
+    CPU and an accelerator is the same run."""
+    (out,) = (run["devices"] for run in in_other_processes)
+    assert out["arithmetic_differs"]  # the two devices do compute otherwise
+    assert out["on_second"] == out["on_first"]
+
+
+def test_probes_of_different_arithmetic_are_compared_by_what_they_say():
+    """A process with no CPU backend (``JAX_PLATFORMS=tpu`` alone) probes on
+    its accelerator, and its fingerprint says so: against one probed on a
+    CPU its hashes say nothing, and the readable entries decide (the kind
+    of optimizer and its learning rate, the model's activation)."""
+    from nkserde.checkpoint.fingerprint.entries import PROBES_ON, is_hash
+
+    on_cpu = fingerprint(fixture_vmc())
+    # the same script probed by another arithmetic: every hash differs
+    on_tpu = {k: (f"{v[:-4]}ffff" if is_hash(v) else v) for k, v in on_cpu.items()} | {PROBES_ON: "tpu"}
+    assert any(is_hash(v) for v in on_cpu.values())
+    assert changes(on_cpu, on_tpu) == []
+    changed = fingerprint(fixture_vmc(learning_rate=2e-2))
+    changed = {k: (f"{v[:-4]}ffff" if is_hash(v) else v) for k, v in changed.items()} | {PROBES_ON: "tpu"}
+    assert changes(on_cpu, changed) == ["optimizer: adam learning_rate 0.01 -> 0.02"]
+    same_arithmetic = {k: v for k, v in on_tpu.items() if k != PROBES_ON}
+    assert changes(on_cpu, same_arithmetic)  # the same arithmetic: a hash that differs is a change
 
 
 def test_an_object_array_is_fingerprinted_by_content_in_every_process(in_other_processes):

@@ -4,9 +4,10 @@ sampler and sample counts, parameter shapes, optimizer, preconditioner,
 integrator, an Infidelity target's configuration).
 
 Not part of it: the number of steps, loggers, progress bars, chunk sizes,
-the process, ``PYTHONHASHSEED``, the host, the number of processes (sample
-and chain counts are global in NetKet), the releases of NetKet, JAX, flax
-and optax."""
+the process, ``PYTHONHASHSEED``, the host, the platform (CPU, GPU, TPU: the
+probes compute on the host's CPU), the number of processes (sample and
+chain counts are global in NetKet), the releases of NetKet, JAX, flax and
+optax."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import optax
 
 from ...netket import internals
 from . import functions
-from .entries import VERSION, without_addresses
+from .entries import PROBES_ON, VERSION, without_addresses
 from .parts import class_name
 from .walk import describe_operator, describe_optimizer, flatten
 
@@ -28,6 +29,8 @@ def fingerprint(driver) -> dict[str, str]:
     the physics, the model, the sampling or the optimization differ
     (docs/guides/resume.md, "The same script? fingerprint")."""
     fp: dict[str, str] = {"fingerprint_version": str(VERSION), "driver": class_name(driver)}
+    if functions.probe_device() is None:  # its hashes compare with those of the same arithmetic only
+        fp[PROBES_ON] = jax.default_backend()
     operator = _operator_of(driver)
     if operator is not None:
         describe_operator(fp, "operator", operator)

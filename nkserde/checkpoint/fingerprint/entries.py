@@ -17,6 +17,9 @@ import numpy as np
 VERSION = 3  # of the fingerprint's keys and texts
 COMPARED_VERSIONS = ("2", "3")  # 2 through upgrade(); older fingerprints are not compared
 READABLE = " | "  # "<key> | <label>": a readable entry of the object at <key>
+# the platform the probes computed on where the process had no CPU backend
+# (JAX_PLATFORMS=tpu alone); absent: the host's CPU, as everywhere else
+PROBES_ON = "probes_on"
 
 KIND = "kind"  # the readable label of an object's kind
 VERSION_2 = "version 2 text"  # what version 2 wrote where version 3 writes otherwise (never shown)
@@ -45,7 +48,7 @@ def readable(fp: dict, key: str) -> dict[str, str]:
 
 def decisive(fp: dict) -> dict[str, str]:
     """The entries that decide (neither readable nor the version)."""
-    return {k: v for k, v in fp.items() if READABLE not in k and k != "fingerprint_version"}
+    return {k: v for k, v in fp.items() if READABLE not in k and k not in ("fingerprint_version", PROBES_ON)}
 
 
 def direct_children(fp: dict, key: str) -> dict[str, str]:

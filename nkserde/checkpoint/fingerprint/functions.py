@@ -6,17 +6,28 @@ a resumed process takes them from there instead of computing them again.
 
 Two probes: :data:`ACTIVATION` (a model's functions, on fixed real and
 complex numbers) and :data:`SCHEDULE` (anything else, such as a
-``diag_shift`` schedule: at fixed steps)."""
+``diag_shift`` schedule: at fixed steps).
+
+The probes of functions and optimizers compute on the host's CPU
+(:func:`on_probe_device`), whatever device the run computes on: a GPU's or
+a TPU's arithmetic differs from a CPU's in the last bits (a TPU emulates
+float64; exp, log, tanh, division), and the same script must give the same
+fingerprint on each. An operator's action is computed where its arrays are
+(they may be committed to the run's device): it gathers and adds matrix
+elements the script gave, which every platform computes alike."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import jax_internals
 from ...caches import content_key, results as result_cache
 from .entries import VERSION, number
 
@@ -28,6 +39,42 @@ PROBE_STEPS = np.array([0, 1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 50
 _SHOWN_STEPS = (0, 1, 10, 100, 1000, 10000)
 _PROBE_REAL = np.array([-4.0, -2.5, -1.5, -0.5, 0.0, 0.25, 0.75, 1.0, 2.0, 3.5])
 _PROBE_COMPLEX = np.array([0.3 + 0.1j, -1.2 + 0.4j, 2.0 - 0.7j, -0.1 - 2.5j, 1.5 + 1.0j])
+
+
+def probe_device():
+    """The device the probes compute on: the first CPU device of this
+    process; None where JAX has no CPU backend (``JAX_PLATFORMS=tpu``
+    alone): then the run's default device (the fingerprint says which:
+    :data:`~nkserde.checkpoint.fingerprint.entries.PROBES_ON`)."""
+    try:
+        return jax.local_devices(backend="cpu")[0]
+    except RuntimeError:  # JAX's "Unknown backend cpu"
+        return None
+
+
+def on_probe_device():
+    """A context in which the probes compute on :func:`probe_device`: its
+    default device, and where a mesh is set (NetKet sets one of every
+    device, a TPU's included), a mesh of that device alone with the same
+    axes (jitted code refuses arguments off the mesh it runs in)."""
+    device = probe_device()
+    context = contextlib.ExitStack()
+    if device is None:
+        return context
+    context.enter_context(jax.default_device(device))
+    mesh = jax_internals.concrete_mesh()
+    if mesh is not None:
+        names = mesh.axis_names
+        one = jax.sharding.Mesh(np.array([device]).reshape((1,) * len(names)), names, axis_types=mesh.axis_types)
+        context.enter_context(jax_internals.using_mesh(one))
+    return context
+
+
+def probe_platform() -> str:
+    """The platform the probes compute on (``"cpu"`` but where
+    :func:`probe_device` finds none)."""
+    device = probe_device()
+    return device.platform if device is not None else jax.default_backend()
 
 
 def one_argument(f) -> bool:
@@ -66,7 +113,7 @@ def call(f, x) -> np.ndarray | None:
 def computed_call(f, x) -> np.ndarray | None:
     """:func:`call`, computed: ``f`` on the whole array ``x``, else on each
     of its numbers."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), on_probe_device():
         warnings.simplefilter("ignore")
         # f is any function a model or setting holds, the script's own included,
         # called on numbers it may not take: NetKet's own such functions raise
@@ -107,7 +154,9 @@ def memoized(kind: str, parts: tuple, compute, encode, decode):
     ``parts`` (:func:`nkserde.caches.results.memoized`, keyed by
     :func:`nkserde.caches.content_key.key`: nothing is kept where a
     part cannot be described by its content, or without a cache)."""
-    key = content_key.key(f"fingerprint {VERSION} {kind}", *parts) if result_cache.directory() is not None else None
+    platform = probe_platform()
+    kept_as = f"fingerprint {VERSION} {kind}" + (f" on {platform}" if platform != "cpu" else "")
+    key = content_key.key(kept_as, *parts) if result_cache.directory() is not None else None
     return result_cache.memoized(key, compute, encode, decode)
 
 

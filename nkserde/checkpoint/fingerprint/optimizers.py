@@ -184,7 +184,8 @@ def _updates(tx, shapes, dtype) -> list[np.ndarray]:
 def computed_updates(tx, shapes, dtype) -> list[np.ndarray]:
     """The updates of three steps of ``tx`` from a parameter tree of
     ``shapes`` (a pytree of shape tuples) and ``dtype``, under fixed
-    gradients: magnitudes from 1 to 1e-8 (an eps shows), both signs."""
+    gradients: magnitudes from 1 to 1e-8 (an eps shows), both signs;
+    computed on the probes' device."""
     is_shape = lambda s: isinstance(s, tuple) and all(isinstance(d, int) for d in s)  # noqa: E731
     flat, treedef = jax.tree_util.tree_flatten(shapes, is_leaf=is_shape)
 
@@ -200,11 +201,12 @@ def computed_updates(tx, shapes, dtype) -> list[np.ndarray]:
             leaves.append(jnp.asarray(values.reshape(shape), dtype))
         return jax.tree_util.tree_unflatten(treedef, leaves)
 
-    params = tree(1)
-    state = tx.init(params)
-    outputs = []
-    for step in range(_OPTIMIZER_STEPS):
-        updates, state = tx.update(tree(3 + 2 * step), state, params)
-        params = optax.apply_updates(params, updates)
-        outputs += [np.asarray(u) for u in jax.tree_util.tree_leaves(updates)]
+    with functions.on_probe_device():
+        params = tree(1)
+        state = tx.init(params)
+        outputs = []
+        for step in range(_OPTIMIZER_STEPS):
+            updates, state = tx.update(tree(3 + 2 * step), state, params)
+            params = optax.apply_updates(params, updates)
+            outputs += [np.asarray(u) for u in jax.tree_util.tree_leaves(updates)]
     return outputs
