@@ -77,6 +77,7 @@ def new_meta(state, root_type: str) -> dict:
         **_library_versions(),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "process_count": jax.process_count(),
+        "platform": jax.default_backend(),  # where the run computed: a resume elsewhere says so
         "root_type": _root_type(state, root_type),
     }
 

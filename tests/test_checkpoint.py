@@ -480,3 +480,22 @@ def test_making_a_checkpoint_changes_nothing_in_the_process_its_run_does(tmp_pat
     assert ran[0] is not None and Path(ran[0]).is_relative_to(tmp_path / "xdg" / "nkserde" / "jax")
     assert ran[1] == before[1] and ran[2] is True
     assert not (tmp_path / "mine").exists()  # the Checkpoint that would have used it never ran
+
+
+def test_a_run_resumed_on_another_platform_goes_on_and_says_so(tmp_path, caplog):
+    """A checkpoint records the platform its run computed on; written on a
+    TPU (its metadata says so here), it resumes on this CPU, and the resume
+    says in one line that the continuation is not bit for bit what either
+    platform alone computes."""
+    first = nkserde.Checkpoint(tmp_path, every=2, async_save=False)
+    B.vmc().run(4, show_progress=False, callback=first)
+    assert nkserde.info(first.path(4))["platform"] == "cpu"
+    B.rewrite_header(first.path(4), lambda header: header["meta"].update(platform="tpu"))
+    caplog.clear()
+    again = nkserde.Checkpoint(tmp_path, every=2, async_save=False)
+    B.vmc().run(6, show_progress=False, callback=again)
+    assert again.resumed_from == 4
+    lines = [r.getMessage() for r in caplog.records if "resumed VMC from step 4" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].endswith(
+        "; written on tpu, continued on cpu: the continuation is not bit for bit what either platform alone computes"
+    ), lines

@@ -110,8 +110,27 @@ def resume(driver, run: Run, files: RunDirectory, options: CheckpointOptions) ->
             f"({path.name}): nothing to do; ask for more steps (n_iter, T) to continue it"
         )
     else:
-        say(f"{directory}: resumed {type(driver).__name__} from step {driver.step_count} ({path.name})")
+        moved = _platform_change(path)
+        say(f"{directory}: resumed {type(driver).__name__} from step {driver.step_count} ({path.name}){moved}")
     return driver.step_count
+
+
+def _platform_change(path: Path) -> str:
+    """``"; written on cpu, continued on tpu: ..."`` when the checkpoint
+    was written on another platform than this process computes on (its
+    metadata says where; files of nkserde before it said nothing), else
+    ``""``."""
+    try:
+        written_on = api.info(path).get("platform")
+    except (NkserdeError, OSError):
+        return ""
+    here = jax.default_backend()
+    if not isinstance(written_on, str) or written_on == here:
+        return ""
+    return (
+        f"; written on {written_on}, continued on {here}: the continuation is not bit for bit "
+        "what either platform alone computes"
+    )
 
 
 def start_from_another_run(driver, directory, init_from: InitFrom) -> None:
