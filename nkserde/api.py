@@ -99,8 +99,7 @@ def save(obj, path) -> Path:
     file: replicated values once, arrays split over processes assembled from
     each process's blocks, per-process values stacked. See
     docs/distributed.md."""
-    held: list = []  # arrays in device memory: their copies to the host all go on at once
-    state = tree.to_state_dict(obj, held=held)
+    state, held = tree.snapshot(obj)  # arrays in device memory: their copies to the host all go on at once
     return fileformat.drain(save_state_dict_steps(state, path, root_type=type(obj).__name__, held=held))
 
 

@@ -24,6 +24,8 @@ from .placement import GlobalArray, OnDevice, PerProcess, Primary, Resizable, fu
 
 
 SCALARS = (bool, int, float, complex, str, bytes)
+# the platforms whose arrays are in the host's memory: read in place
+HOST_PLATFORMS = frozenset({"cpu"})
 
 
 def _host_array(x: jax.Array, held: list | None) -> np.ndarray | OnDevice | GlobalArray:
@@ -34,7 +36,7 @@ def _host_array(x: jax.Array, held: list | None) -> np.ndarray | OnDevice | Glob
     in device memory other than the host's is not copied here: its copy is
     started and it is an :class:`OnDevice`, also appended to ``held``."""
     if x.is_fully_addressable:
-        return _host(x, held)
+        return np.asarray(x) if held is None else _host(x, held)  # zero-copy for CPU arrays
     if x.sharding.is_fully_replicated:
         return _host(x.addressable_data(0), held)
     blocks = tuple(
@@ -43,10 +45,6 @@ def _host_array(x: jax.Array, held: list | None) -> np.ndarray | OnDevice | Glob
         if shard.replica_id == 0
     )
     return GlobalArray(tuple(x.shape), np.dtype(x.dtype), blocks)
-
-
-# the platforms whose arrays are in the host's memory: read in place
-HOST_PLATFORMS = frozenset({"cpu"})
 
 
 def _host(x: jax.Array, held: list | None) -> np.ndarray | OnDevice:
@@ -61,6 +59,16 @@ def _host(x: jax.Array, held: list | None) -> np.ndarray | OnDevice:
 
 
 # --------------------------------------------------------------------------- save
+
+
+def snapshot(obj) -> tuple[Any, list]:
+    """``(state dict, held)`` of ``obj`` for a save, taken without waiting
+    for a device: where the process computes on a GPU or TPU, each JAX array
+    in device memory has its copy to the host started and is held (see
+    :func:`to_state_dict`'s ``held``, returned); on a CPU every array is read
+    in place and ``held`` is empty (no array is looked at twice)."""
+    held: list | None = [] if jax.default_backend() not in HOST_PLATFORMS else None
+    return to_state_dict(obj, held=held), held or []
 
 
 def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None = None) -> Any:

@@ -118,8 +118,7 @@ class Saver:
             # the write in flight appends to the history log: this one's rows start where it ended
             self.wait(run)
             self.settle()
-            held: list = []
-            state = tree.to_state_dict(payload(driver, run, completed, stopped), held=held)
+            state, held = tree.snapshot(payload(driver, run, completed, stopped))
             # the loggers' rows since the last checkpoint, copied, to be appended to the history log
             state, history = run.histories.prepare(state, completed)
             if asynchronous:
