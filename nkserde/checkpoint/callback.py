@@ -82,9 +82,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         ``"must"`` (fail if there is nothing to resume).
       loggers: loggers whose history to checkpoint besides those of the run
         (loggers passed as ``out=`` are found automatically).
-      async_save: write from a host snapshot in a background thread at the
-        lowest CPU priority; the checkpoint of step k is on disk before step
-        k+1 ends (the run's thread writes what the thread has not).
+      async_save: take a snapshot and write it in a background thread at
+        the lowest CPU priority while the run goes on (arrays in a GPU's or
+        TPU's memory are held and copied to the host there); the next
+        checkpoint, the run's end, a stop and a failure wait for it, and so
+        does a step's end once it has been in flight for longer than 1 s
+        and twice the write before it: a kill loses at most the checkpoint
+        in flight.
       final_stops: callback types whose StopRun ends the run for good
         (convergence criteria); a StopRun of any other callback (e.g.
         ``nk.callbacks.Timeout``) is an interruption that the next run of
