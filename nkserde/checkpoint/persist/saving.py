@@ -84,8 +84,8 @@ def check_storable(driver, run: Run, directory) -> None:
 # A background write in flight longer than this (and than twice the one
 # before it) at a step's end is falling behind: a write of a 1 GB state
 # from a TPU takes about a second, a starved thread on a busy node
-# minutes. Steps of a second or more keep the checkpoint of step k on disk
-# before the step after it ends.
+# minutes. Steps longer than this and than twice a write keep the
+# checkpoint of step k on disk before the step after it ends.
 LAG_FLOOR = 1.0
 
 
