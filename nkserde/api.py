@@ -118,8 +118,8 @@ def save_state_dict_steps(state, path, *, root_type: str | None = None, sequence
     ``sequence``: the name of a series of saves that never overlap (a
     Checkpoint's, one directory): they share coordination keys, each
     deleting the last one's; by default one per target file. ``held``: the
-    arrays of ``state`` still in device memory (``tree.to_state_dict``'s
-    ``held``), copied to the host by the first step."""
+    arrays of ``state`` still in device memory (as ``tree.snapshot``
+    returns them), copied to the host by the first step."""
     path = Path(path)
     if held:
         state = fetched(state)
