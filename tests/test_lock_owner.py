@@ -299,11 +299,10 @@ def test_a_renewal_thread_stops_with_the_lock(tmp_path, monkeypatch):
     assert not thread.is_alive()
 
 
-def test_a_run_whose_lock_was_taken_over_stops_without_writing(tmp_path, monkeypatch):
-    """The run was stopped (Ctrl-Z, a host cut off) for longer than the
-    bound, and a run of another host took its lock: at its next step start
-    it finds the lock lost and stops on every process with an error, and
-    writes no checkpoint into the directory that is another run's now."""
+def _run_taken_over_after_step_3(tmp_path, monkeypatch, *, wait_for_the_write: bool):
+    """A VMC of 10 steps checkpointed every 2, whose lock a run of another
+    host takes at the end of step 3 (the checkpoint of step 2 written
+    first, or still in flight); returns (the Checkpoint, its error)."""
     import netket as nk
 
     import builders as B
@@ -314,6 +313,8 @@ def test_a_run_whose_lock_was_taken_over_stops_without_writing(tmp_path, monkeyp
     class TakeOver(nk.callbacks.AbstractCallback):
         def on_step_end(self, step, log_data, driver):
             if driver.step_count == 3:  # after the checkpoint of step 2 (every=2)
+                if wait_for_the_write:
+                    ckpt.wait()
                 path = tmp_path / ".lock"
                 path.unlink()
                 path.write_text(other_host(lease=0.1).line())
@@ -325,5 +326,28 @@ def test_a_run_whose_lock_was_taken_over_stops_without_writing(tmp_path, monkeyp
     with pytest.raises(NkserdeError, match="taken over by process 4242 on host node-that-died") as stopped:
         B.vmc().run(10, out=None, show_progress=False, callback=[ckpt, TakeOver()])
     assert "this run stops without a checkpoint" in str(stopped.value)
-    assert ckpt.steps() == [2]  # not step 4's, nor the one an error would write
     assert Owner.parse((tmp_path / ".lock").read_text()).host == "node-that-died"  # left to its owner
+    return ckpt
+
+
+def test_a_run_whose_lock_was_taken_over_stops_without_writing(tmp_path, monkeypatch):
+    """The run was stopped (Ctrl-Z, a host cut off) for longer than the
+    bound, and a run of another host took its lock: at its next step start
+    it finds the lock lost and stops on every process with an error, and
+    writes no checkpoint into the directory that is another run's now."""
+    ckpt = _run_taken_over_after_step_3(tmp_path, monkeypatch, wait_for_the_write=True)
+    assert ckpt.steps() == [2]  # not step 4's, nor the one an error would write
+
+
+def test_a_run_whose_lock_was_taken_over_abandons_its_write_in_flight(tmp_path, monkeypatch):
+    """The checkpoint of step 2 is still in flight when the lock is taken
+    over (its thread never runs: a busy node): the run stops without
+    finishing it, and neither it nor its temporary file is left in the
+    directory that is another run's now."""
+    from nkserde.checkpoint.persist.background_write import BackgroundWrite
+
+    monkeypatch.setattr(BackgroundWrite, "_run", lambda self: None)
+    ckpt = _run_taken_over_after_step_3(tmp_path, monkeypatch, wait_for_the_write=False)
+    ckpt.wait()  # (a write left in flight would be written now, as at the interpreter's exit)
+    assert ckpt.steps() == []
+    assert not list(tmp_path.glob("*.nkserde-tmp")) and not list(tmp_path.glob(".step-*"))

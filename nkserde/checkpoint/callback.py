@@ -87,8 +87,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         TPU's memory are held and copied to the host there); the next
         checkpoint, the run's end, a stop and a failure wait for it, and so
         does a step's end once it has been in flight for longer than 1 s
-        and twice the write before it: a kill loses at most the checkpoint
-        in flight.
+        and twice the write before it (with several processes: the end of
+        the step it was taken in): a kill loses at most the checkpoint in
+        flight.
       final_stops: callback types whose StopRun ends the run for good
         (convergence criteria); a StopRun of any other callback (e.g.
         ``nk.callbacks.Timeout``) is an interruption that the next run of
@@ -267,6 +268,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         stop = self._interruptions.requested(run, now, lock_lost=self._files.lock.renewal_lost is not None)
         if stop == LOCK_LOST:  # the directory is another run's now: nothing more is written there
             lost = self._files.lock.renewal_lost or "process 0's lock was taken over by another run"
+            self._saver.abandon()
             self._finish(raise_write_error=False)
             raise NkserdeError(f"{self.directory}: {lost}; this run stops without a checkpoint")
         if stop is not None:

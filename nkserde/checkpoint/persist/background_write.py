@@ -79,6 +79,16 @@ class BackgroundWrite:
         if self.started:
             self._thread.join()
 
+    def cancel(self) -> None:
+        """Ends the write unfinished: no step runs after this returns (a step
+        the background thread is running ends first) and the steps'
+        generator is closed, which removes a write's temporary file."""
+        self._caller_took_over = True
+        with self._lock:
+            if not self._done.is_set():
+                self._steps.close()
+                self._end()
+
     def _run(self):
         # Lowest priority for this thread only (Linux: per-thread nice): a
         # write should take what the run leaves, not slow its steps down.
@@ -191,6 +201,14 @@ class CheckpointWriter:
         if write.started:
             self.lags.append((write.steps_in_caller, write.seconds))
             self.background_cpu = write.background_cpu_seconds
+
+    def abandon(self) -> None:
+        """Cancels the write in flight (nothing of it is published) and
+        forgets it; its target counts as ``aborted``."""
+        write, self._write = self._write, None
+        if write is not None:
+            write.cancel()
+            self.aborted = self._target
 
     @property
     def in_flight(self) -> BackgroundWrite | None:

@@ -21,10 +21,16 @@ waited for (and what is left of it done by the run's thread) by
 * the run's end, a stop (a signal, the walltime) and a failure;
 * the end of a step once the write has been in flight for longer than
   :data:`LAG_FLOOR` seconds and twice the previous write: its thread, at
-  the lowest CPU priority, is starved on a busy node.
+  the lowest CPU priority, is starved on a busy node;
+* in a run of several processes, the end of the step it was taken in: its
+  rounds need every process, and a process lost in them must end the run
+  (PeerLostError) before the others enter the next step's collectives,
+  where no Python code of theirs runs.
 
 Nothing else waits: on a GPU or TPU, where a step takes milliseconds, the
-run goes on while its checkpoint is copied and written.
+run goes on while its checkpoint is copied and written. A run whose lock
+was taken over abandons the write in flight (:meth:`Saver.abandon`): the
+directory is another run's.
 
     saver = Saver(files, keep=KeepLatest(3), on_write_error="warn")
     seconds = saver.save(driver, run, asynchronous=True)   # the run's share
@@ -50,7 +56,7 @@ from ...checkpoint_files.directory import RunDirectory
 from ...errors import NkserdeError, PeerLostError, in_file
 from ...netket import run_loop
 from ...placement import map_arrays, primary
-from ...processes.jax_service import coordination_name
+from ...processes.jax_service import coordination_name, multi_process
 from ..run import Run, keyed
 from .background_write import CheckpointWriter
 
@@ -145,13 +151,20 @@ class Saver:
     def step_ended(self, run: Run | None) -> None:
         """A step of ``run`` ended: a background write that has ended is
         taken in (its cost counted, its error raised if a process of the
-        run is gone); one that is falling behind (see :data:`LAG_FLOOR`)
-        is finished by this thread. Else nothing waits."""
+        run is gone); one that is falling behind (see :data:`LAG_FLOOR`),
+        or any in a run of several processes, is finished by this thread.
+        Else nothing waits."""
         write = self.writer.in_flight
         if write is None:
             return
-        if write.done or time.monotonic() - write.created_at >= max(LAG_FLOOR, 2 * self._previous_lag):
+        lagging = time.monotonic() - write.created_at >= max(LAG_FLOOR, 2 * self._previous_lag)
+        if write.done or lagging or multi_process():
             self.wait(run)
+
+    def abandon(self) -> None:
+        """The directory is no longer this run's: the write in flight is
+        cancelled, nothing of it published."""
+        self.writer.abandon()
 
     def wait(self, run: Run | None = None) -> None:
         """Blocks until the write in flight (if any) has ended; whatever
