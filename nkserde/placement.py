@@ -132,14 +132,14 @@ class OnDevice:
     ``array``: anything ``np.asarray`` copies to the host (a JAX array, one
     shard's data)."""
 
-    __slots__ = ("_array",)
+    __slots__ = ("held",)
 
     def __init__(self, array):
-        self._array = array
+        self.held = array  # the device's array, then its host copy
 
     def fetch(self) -> np.ndarray:
-        host = np.asarray(self._array)
-        self._array = host
+        host = np.asarray(self.held)
+        self.held = host
         return host
 
 

@@ -84,15 +84,20 @@ def test_on_write_error_raise_stops_the_run_and_keeps_the_last_good(tmp_path, fu
 
 
 class RemoveDirectoryAt(nk.callbacks.AbstractCallback):
-    at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
-    directory: object = nk.utils.struct.field(pytree_node=False, serialize=False)
+    """Removes ``checkpoint``'s directory at the start of step ``at``, once
+    its checkpoint in flight is written (a directory removed under a write
+    in flight is another case)."""
 
-    def __init__(self, at, directory):
-        self.at, self.directory = at, directory
+    at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
+    checkpoint: object = nk.utils.struct.field(pytree_node=False, serialize=False)
+
+    def __init__(self, at, checkpoint):
+        self.at, self.checkpoint = at, checkpoint
 
     def on_step_start(self, step, log_data, driver):
         if driver.step_count == self.at:
-            shutil.rmtree(self.directory)
+            self.checkpoint.wait()
+            shutil.rmtree(self.checkpoint.directory)
 
 
 def test_a_vanished_directory_warns_and_the_run_goes_on(tmp_path):
@@ -100,7 +105,7 @@ def test_a_vanished_directory_warns_and_the_run_goes_on(tmp_path):
     ckpt = nkserde.Checkpoint(directory, every=2, async_save=True)
     driver = B.vmc()
     with pytest.warns(UserWarning, match="ckpt") as caught:
-        driver.run(N_STEPS, callback=[RemoveDirectoryAt(3, directory), ckpt], show_progress=False)
+        driver.run(N_STEPS, callback=[RemoveDirectoryAt(3, ckpt), ckpt], show_progress=False)
     failures = [str(w.message) for w in caught if "failed" in str(w.message)]
     assert len(failures) == 2  # steps 4 and 6
     assert all("there is no checkpoint yet" in m for m in failures)

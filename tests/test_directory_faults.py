@@ -71,14 +71,17 @@ def small_tmpfs(path: Path, size: str):
 
 
 class AtStep(nk.callbacks.AbstractCallback):
-    """Calls ``action()`` in on_step_end of step ``at`` (after the loggers
-    and the Checkpoint's wait for the write of that step's start)."""
+    """Calls ``action()`` in on_step_end of step ``at``, after the loggers
+    and once the checkpoint in flight (of ``checkpoint``, which
+    :func:`run_warned` sets) is written: a file system that changes under
+    a write in flight is another case."""
 
     at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
     action: object = nk.utils.struct.field(pytree_node=False, serialize=False)
+    checkpoint: object = nk.utils.struct.field(pytree_node=False, serialize=False)
 
     def __init__(self, at, action):
-        self.at, self.action = at, action
+        self.at, self.action, self.checkpoint = at, action, None
 
     @property
     def callback_order(self) -> int:
@@ -86,6 +89,8 @@ class AtStep(nk.callbacks.AbstractCallback):
 
     def on_step_end(self, step, log_data, driver):
         if driver.step_count + 1 == self.at:
+            if self.checkpoint is not None:
+                self.checkpoint.wait()
             self.action()
 
 
@@ -99,11 +104,13 @@ def reference():
 def run_warned(directory, *callbacks, **options) -> list[str]:
     """A run of STEPS; returns the warnings it gave (the run must end
     normally: no exception reaches the script)."""
+    ckpt = nkserde.Checkpoint(directory, **options)
+    for callback in callbacks:
+        if isinstance(callback, AtStep):
+            callback.checkpoint = ckpt
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
-        B.vmc().run(
-            STEPS, out=None, show_progress=False, callback=[nkserde.Checkpoint(directory, **options), *callbacks]
-        )
+        B.vmc().run(STEPS, out=None, show_progress=False, callback=[ckpt, *callbacks])
     return [str(w.message) for w in warned if "nkserde" in str(w.message)]
 
 
