@@ -76,23 +76,27 @@ def ising_vmc(h=1.0):
 
 
 class Kill(nk.callbacks.AbstractCallback):
-    """SIGKILLs the process when a step starts after ``after`` steps: a job
-    killed by the scheduler, no cleanup, the directory's lock left behind."""
+    """SIGKILLs the process when a step starts after ``after`` steps, once
+    ``checkpoint``'s write in flight is on disk (a kill inside a write is
+    the kill tests' case): a job killed by the scheduler, no cleanup, the
+    directory's lock left behind."""
 
     after: int = nk.utils.struct.field(pytree_node=False, serialize=False)
+    checkpoint: object = nk.utils.struct.field(pytree_node=False, serialize=False)
 
-    def __init__(self, after):
-        self.after = after
+    def __init__(self, after, checkpoint):
+        self.after, self.checkpoint = after, checkpoint
 
     def on_step_start(self, step, log_data, driver):
         if driver.step_count == self.after:
+            self.checkpoint.wait()
             os.kill(os.getpid(), signal.SIGKILL)
 
 
 def run(directory: Path, h=1.0, kill_after=None):
     driver = ising_vmc(h)
     ckpt = nkserde.Checkpoint(directory, every=EVERY)
-    callbacks = [ckpt] + ([Kill(kill_after)] if kill_after is not None else [])
+    callbacks = [ckpt] + ([Kill(kill_after, ckpt)] if kill_after is not None else [])
     driver.run(TOTAL_STEPS, out=None, show_progress=False, callback=callbacks)
     return driver, ckpt
 
