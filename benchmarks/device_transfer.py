@@ -1,7 +1,7 @@
 """What slows a run on a GPU or TPU while a checkpoint's arrays cross to
 the host: the copies, the reads, or nkserde.
 
-    python benchmarks/device_transfer.py [--steps 1500] [--repeat 2] [--every 100] [--piece-mb 4]
+    python benchmarks/device_transfer.py [--steps 1500] [--repeat 2] [--every 100] [--piece-mb 4 ...] [--modes ...]
 
 The run of benchmarks/checkpoint_overhead.py's ``rbm-100x1000`` (10.1M
 float32 parameters and two Adam moments: 121 MB), ``--steps`` steps from the
@@ -14,13 +14,15 @@ step's start) doing one of:
 * ``copy+read``: the same, then ``np.asarray`` of each in a thread;
 * ``read``: ``np.asarray`` of each in a thread, no copy started before;
 * ``pieces``: in a thread, each array cut on the device into pieces of
-  ``--piece-mb`` MB along its first axis, each copied once the one before
-  it is on the host (the steps' own small reads wait behind one piece);
+  ``--piece-mb`` MB along its first axis (one run per size given), each
+  copied once the one before it is on the host (the steps' own small
+  reads wait behind one piece);
 * ``nkserde``: ``nkserde.Checkpoint(every=...)`` (asynchronous).
 
 Printed per run: the loop's time (checkpoint_overhead.py's), the time in
 the Checkpoint's step hooks, and the most device memory in use, sampled
-every 0.5 ms by a thread (``memory_stats``; none on a CPU).
+every 0.5 ms by a thread (``memory_stats``; none on a CPU). Figures on a
+TPU v5e: docs/guides/accelerators.md.
 """
 
 from __future__ import annotations
@@ -129,11 +131,12 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--every", type=int, default=100)
-    p.add_argument("--piece-mb", type=float, default=4.0)
+    p.add_argument("--piece-mb", type=float, nargs="+", default=[4.0])
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     p.add_argument("--model", default="rbm-100x1000", help="a model of checkpoint_overhead.py")
     args = p.parse_args(argv)
     parent = Path(tempfile.mkdtemp(prefix="device-transfer-", dir=parent_directory(None)))
-    piece = int(args.piece_mb * 2**20)
+    runs = [(m, int(mb * 2**20)) for m in args.modes for mb in (args.piece_mb if m == "pieces" else [0])]
     template = co.build(args.model)
     template.run(2, show_progress=False)
     template._step_count = 0
@@ -144,9 +147,11 @@ def main(argv=None) -> int:
 
     print(f"{jax.devices()[0]}; {args.model}, {args.steps} steps, every {args.every}", flush=True)
     co.timed_run(fresh(), 2, (1, True), parent)  # one-time costs
-    co.timed_run(fresh(), args.every + 1, None, parent, extra=[Transfer("pieces", args.every, piece)])  # compiles
+    for mode, piece in runs:  # compiles
+        if mode == "pieces":
+            co.timed_run(fresh(), args.every + 1, None, parent, extra=[Transfer(mode, args.every, piece)])
     for r in range(args.repeat):
-        for mode in MODES:
+        for mode, piece in runs:
             memory = MemoryPeak()
             if mode == "plain":
                 row = co.timed_run(fresh(), args.steps, None, parent)
@@ -155,8 +160,9 @@ def main(argv=None) -> int:
             else:
                 row = co.timed_run(fresh(), args.steps, None, parent, extra=[Transfer(mode, args.every, piece)])
             peak = memory.end()
+            label = f"pieces {piece / 2**20:g}MB" if mode == "pieces" else mode
             print(
-                f"  repeat {r + 1}/{args.repeat} {mode:10s} loop {row['loop']:7.3f} s  total {row['total']:7.3f} s  "
+                f"  repeat {r + 1}/{args.repeat} {label:12s} loop {row['loop']:7.3f} s  total {row['total']:7.3f} s  "
                 f"hooks {row['step_hooks'] * 1e3:6.1f} ms  device peak {peak / 1e6:8.1f} MB",
                 flush=True,
             )
