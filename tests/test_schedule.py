@@ -162,6 +162,29 @@ def test_auto_keeps_checkpointing_within_the_budget():
     assert not schedule.due(2, 50.9) and schedule.due(2, 51.0)
 
 
+def test_auto_prices_a_background_write_at_the_steps_it_slowed_down():
+    """On a GPU or TPU a checkpoint's copies to the host slow the steps
+    they go on across, which neither the snapshot nor the write's thread
+    shows: steps of 10 ms, then 20 of 12 ms while a write was in flight,
+    cost the run 40 ms, more than its own 5 ms."""
+    schedule = SaveSchedule(parse_every("auto", budget=0.01), StepTimes())
+    now = 0.0
+    for _ in range(20):
+        schedule.steps.started(now)
+        now += 0.010
+    schedule.write_started(now, completed=20)
+    now += 20 * 0.012
+    schedule.write_ended(now, completed=40, own_seconds=0.005)
+    assert schedule.interval() == pytest.approx(0.040 / 0.01)
+    schedule.write_started(now, completed=40)
+    schedule.write_ended(now + 0.5, completed=90, own_seconds=0.030)  # steps no slower: its own time
+    assert schedule.longest_save == pytest.approx(0.040)
+    fresh = SaveSchedule(parse_every("auto", budget=0.01), StepTimes())
+    fresh.write_started(0.0, completed=0)
+    fresh.write_ended(1.0, completed=1, own_seconds=0.2)  # no step measured before it: its own time
+    assert fresh.longest_save == pytest.approx(0.2)
+
+
 def test_auto_with_a_failure_rate_is_at_least_youngs_interval():
     schedule = SaveSchedule(parse_every("auto", budget=0.5, mtbf="10h"), StepTimes())
     schedule.saved(2.0)

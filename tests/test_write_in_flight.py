@@ -142,3 +142,19 @@ def test_the_next_checkpoint_waits_for_the_write_in_flight(tmp_path, starved, mo
     driver.run(4, show_progress=False, callback=ckpt)
     assert ckpt.steps() == [2, 4]
     assert all(steps_in_caller > 0 for steps_in_caller, _ in ckpt.write_lags)
+
+
+def test_a_background_write_is_priced_from_its_snapshot_to_the_step_it_was_taken_in(tmp_path, starved, monkeypatch):
+    """The save schedule is told when each background write started and
+    how many steps the run had done when it was taken in (what prices the
+    steps it slowed): here the next checkpoint's, two steps on."""
+    from nkserde.checkpoint.save_policy import SaveSchedule
+
+    monkeypatch.setattr(saving, "LAG_FLOOR", float("inf"))
+    told = []
+    monkeypatch.setattr(SaveSchedule, "write_started", lambda self, now, completed: told.append(("start", completed)))
+    monkeypatch.setattr(SaveSchedule, "write_ended", lambda self, now, completed, own: told.append(("end", completed)))
+    ckpt = nkserde.Checkpoint(tmp_path, every=2, keep=10)
+    builders.vmc().run(5, show_progress=False, callback=ckpt)
+    # the checkpoint of step 4 is taken in when the run ends, 5 steps in
+    assert told[:4] == [("start", 2), ("end", 4), ("start", 4), ("end", 5)]

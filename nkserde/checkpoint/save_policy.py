@@ -4,7 +4,9 @@ clock of its own, no NetKet, no files.
 
     every = EverySteps(100) | EveryDuration("15min")   # whichever comes first
     schedule = SaveSchedule(every, steps)  # one run's measured times (steps: its StepTimes)
-    schedule.saved(seconds)              # every checkpoint written
+    schedule.saved(seconds)              # every checkpoint written (the run's own time in it)
+    schedule.write_started(now, completed)        # a write goes on in the background ...
+    schedule.write_ended(now, completed, seconds) # ... until now: priced at the steps' slowdown too
     schedule.due(completed, now)         # checkpoint now?
 
 The policies (``Checkpoint(every=...)``; the plain forms map onto them,
@@ -17,7 +19,9 @@ see :func:`parse_every`):
 * :class:`WithinBudget` ``(budget, mtbf)``, ``every="auto"``: as often as
   keeps checkpointing within ``budget`` of the run (default 1%): the
   interval is the longest checkpoint measured (what it held the run up,
-  plus its background write's CPU time) divided by the budget, and, given a
+  plus its background write's CPU time, or how much the steps it went on
+  across were slower than the steps before it, if more: on a GPU or TPU
+  its copies to the host slow them) divided by the budget, and, given a
   mean time between failures ``mtbf``, at least Young's interval
   sqrt(2 x checkpoint x mtbf), which minimises the work checkpoints and
   failures cost together. Before a checkpoint was measured, the first one
@@ -226,6 +230,7 @@ class SaveSchedule:
         self.steps = steps
         self.last_save: float | None = None  # when the previous checkpoint was taken (or the run started)
         self.longest_save: float | None = None  # the longest checkpoint measured (seconds of the run)
+        self._write_start: tuple[float, int, float | None] | None = None  # (when, steps, typical step)
 
     def started(self, now: float) -> None:
         """The run starts: a time interval counts from here."""
@@ -233,6 +238,23 @@ class SaveSchedule:
 
     def saved(self, seconds: float) -> None:
         self.longest_save = max(seconds, self.longest_save or 0.0)
+
+    def write_started(self, now: float, completed: int) -> None:
+        """A checkpoint taken at ``now``, ``completed`` steps in, goes on
+        being written in the background (:meth:`write_ended` prices it)."""
+        self._write_start = (now, completed, self.step)
+
+    def write_ended(self, now: float, completed: int, own_seconds: float) -> None:
+        """The write started last ended, and is taken in at ``now`` with
+        ``completed`` steps done: it cost the run ``own_seconds`` of its
+        thread's time and CPU, or, if more, the time the steps since its
+        start took beyond as many typical steps of before it."""
+        if self._write_start is None:
+            self.saved(own_seconds)
+            return
+        (started, at, step), self._write_start = self._write_start, None
+        slower = now - started - (completed - at) * step if step is not None else 0.0
+        self.saved(max(own_seconds, slower))
 
     def taken(self, now: float) -> None:
         """A checkpoint was taken now (its interval starts again)."""

@@ -144,6 +144,8 @@ class Saver:
         seconds = run.snapshot_seconds = time.monotonic() - started
         if run.schedule is not None:  # (asynchronous: the run's share so far; wait() adds the rest)
             run.schedule.saved(seconds)
+            if asynchronous:
+                run.schedule.write_started(started, completed)
         if not asynchronous and self.written is not None:
             self.written(seconds, in_background=False)
         return seconds
@@ -159,23 +161,25 @@ class Saver:
             return
         lagging = time.monotonic() - write.created_at >= max(LAG_FLOOR, 2 * self._previous_lag)
         if write.done or lagging or multi_process():
-            self.wait(run)
+            self.wait(run, at_step_end=True)
 
     def abandon(self) -> None:
         """The directory is no longer this run's: the write in flight is
         cancelled, nothing of it published."""
         self.writer.abandon()
 
-    def wait(self, run: Run | None = None) -> None:
+    def wait(self, run: Run | None = None, *, at_step_end: bool = False) -> None:
         """Blocks until the write in flight (if any) has ended; whatever
         the background thread has not done yet, this thread does. A
         background write of ``run`` that ends here is counted: the save
         schedule prices it at what it cost the run (its snapshot, this
         wait, and the CPU its thread used, which a run whose steps fill
         every core loses; on a node with idle cores this counts it twice:
-        the budget is kept either way), ``written`` is told its time from
-        snapshot to file. A write that failed because a process of the
-        run is gone raises PeerLostError here."""
+        the budget is kept either way; or the steps' slowdown while it
+        went on, if more), ``written`` is told its time from snapshot to
+        file. ``at_step_end``: called at the end of a step (else at a
+        step's start). A write that failed because a process of the run is
+        gone raises PeerLostError here."""
         writer = self.writer
         writes, waited = len(writer.lags), time.monotonic()
         writer.wait()
@@ -186,7 +190,9 @@ class Saver:
             return
         lag = self._previous_lag = writer.lags[-1][1]
         if run is not None and run.schedule is not None:
-            run.schedule.saved(run.snapshot_seconds + waited + writer.background_cpu)
+            completed = run.completed + 1 if at_step_end else run.completed
+            own = run.snapshot_seconds + waited + writer.background_cpu
+            run.schedule.write_ended(time.monotonic(), completed, own)
         if self.written is not None:
             self.written(lag, in_background=True)
 
