@@ -24,6 +24,7 @@ from nkserde import placement, tree
 from nkserde.checkpoint.keep_policy import KeepLatest
 from nkserde.checkpoint.persist import background_write, saving
 from nkserde.checkpoint.persist.saving import Saver
+from nkserde.checkpoint.save_policy import SaveSchedule
 from nkserde.checkpoint_files.directory import RunDirectory
 
 EVERY = 4
@@ -148,8 +149,6 @@ def test_a_background_write_is_priced_from_its_snapshot_to_the_step_it_was_taken
     """The save schedule is told when each background write started and
     how many steps the run had done when it was taken in (what prices the
     steps it slowed): here the next checkpoint's, two steps on."""
-    from nkserde.checkpoint.save_policy import SaveSchedule
-
     monkeypatch.setattr(saving, "LAG_FLOOR", float("inf"))
     told = []
     monkeypatch.setattr(SaveSchedule, "write_started", lambda self, now, completed: told.append(("start", completed)))
