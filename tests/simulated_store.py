@@ -74,6 +74,13 @@ class SimulatedStore:
             self._cond.notify_all()
         self._advance(done + self.rtt / 2)
 
+    def put(self, key, value):
+        with self._cond:
+            done = self._serve("put", len(key) + len(value))
+            self._values[key] = (bytes(value), done)
+            self._cond.notify_all()
+        self._advance(done + self.rtt / 2)
+
     def try_get(self, key):
         with self._cond:
             value, _ = self._values.get(key, (None, 0.0))

@@ -58,6 +58,9 @@ class KeyValueStore(Protocol):
     def set(self, key: str, value: bytes) -> None:
         """Raises KeyExists if ``key`` is set."""
 
+    def put(self, key: str, value: bytes) -> None:
+        """Sets ``key``, set or not (a value that changes: a heartbeat)."""
+
     def try_get(self, key: str) -> bytes | None:
         """The value, or None if unset; never waits."""
 
@@ -112,6 +115,10 @@ class CountingStore:
     def set(self, key, value):
         self._count("set", len(key) + len(value))
         self.store.set(key, value)
+
+    def put(self, key, value):
+        self._count("put", len(key) + len(value))
+        self.store.put(key, value)
 
     def try_get(self, key):
         value = self.store.try_get(key)

@@ -58,6 +58,9 @@ class JaxStore:
         with _raising("ALREADY_EXISTS", KeyExists(key)):
             self.client.key_value_set_bytes(key, bytes(value))
 
+    def put(self, key, value):
+        self.client.key_value_set_bytes(key, bytes(value), allow_overwrite=True)
+
     def try_get(self, key):
         try:
             return self.client.key_value_try_get_bytes(key)
