@@ -45,7 +45,10 @@ so that 1, 2, 3 and 4 processes split them evenly):
                                  ``kill:K`` (every process SIGKILLs itself; ``kill1:K``: process 1 only
                                  after step K; synchronous saves);
                                  ``sigterm:K`` (process 1 alone gets SIGTERM
-                                 after step K; background saves)
+                                 after step K; background saves);
+                                 ``stop1:K`` (process 1 stops after step K,
+                                 its sockets open, as a node that drops off
+                                 the network; SIGKILLed 10 s later)
 
 Process 0 writes WORKDIR/result.npz: the logged losses (``losses``), the
 final parameters (``param:<path>``), ``step_count``, the chains gathered
@@ -57,6 +60,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -269,7 +273,7 @@ def own_blocks(file):
 
 class Interrupt(nk.callbacks.AbstractCallback):
     """After step K (in on_step_end, after the loggers): SIGKILL this process,
-    or SIGTERM process 1."""
+    SIGTERM process 1, or SIGSTOP process 1 (killed 10 s later)."""
 
     kind: str = nk.utils.struct.field(pytree_node=False, serialize=False)
     k: int = nk.utils.struct.field(pytree_node=False, serialize=False)
@@ -289,13 +293,16 @@ class Interrupt(nk.callbacks.AbstractCallback):
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.kind == "sigterm" and rank == 1:
             os.kill(os.getpid(), signal.SIGTERM)
+        elif self.kind == "stop1" and rank == 1:
+            subprocess.Popen(["sh", "-c", f"sleep 10; kill -9 {os.getpid()}"], start_new_session=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def checkpointed_run(name, steps, how):
     every = os.environ.get("MP_EVERY", "2")  # steps, or a duration / "auto" (process 0 schedules the saves)
     every = int(every) if every.isdigit() else every
     driver = nkserde.checkpointed(
-        BUILD[name](), workdir / "ckpt", every=every, keep=100, async_save=not how.startswith("kill")
+        BUILD[name](), workdir / "ckpt", every=every, keep=100, async_save=not how.startswith(("kill", "stop"))
     )
     callbacks = [] if how == "run" else [Interrupt(how)]
     exit_status = 0

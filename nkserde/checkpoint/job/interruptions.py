@@ -3,7 +3,10 @@ signals it catches (SIGTERM, SIGUSR1; Ctrl-C deferred while a step is
 half done or a checkpoint is being written), the walltime guard of the
 job it runs in, the stop flag the processes of a multi-process run share
 so that they all stop at the same step, and the requeue of the job once
-the stopped (or failed) run is checkpointed. No NetKet.
+the stopped (or failed) run is checkpointed, or once a process of a
+multi-process run in SLURM has gone silent (its node down or
+unreachable: the others wait in collectives, where only a thread of
+theirs runs). No NetKet.
 
     stops = Interruptions("ckpt", JobOptions(walltime="auto", requeue="auto"))
     stops.start(run)                     # on_run_start: handlers, the job, the flag
@@ -23,7 +26,9 @@ import jax
 
 from ..._log import say
 from ...checkpoint_files.directory import RunDirectory
-from ...processes.jax_service import coordination_name, multi_process, stop_flag
+from ...errors import PeerLostError
+from ...processes.jax_service import coordination_name, multi_process, peer_timeout, stop_flag, store
+from ...processes.peer_watch import PeerWatch
 from . import control
 from .abort_watch import AbortWatch
 from .control import LOCK_LOST, WALLTIME, JobControl, JobOptions
@@ -47,6 +52,7 @@ class Interruptions:
         self._run: Run | None = None
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
         self._abort_watch: AbortWatch | None = None  # requeues the job if JAX aborts the run (process 0)
+        self._peer_watch: PeerWatch | None = None  # requeues the job if a process goes silent (SLURM)
         self.catcher = SignalCatcher(
             options.signals,
             # Ctrl-C from a step's sampling to its end, or in a save: the
@@ -85,6 +91,11 @@ class Interruptions:
                     say(f"{self.directory}: no watcher for an abort after a suspension ({exc})", logging.WARNING)
         if multi_process():
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
+            if current_job() is not None and self.options.requeue != "never":
+                name = PROCESS_RUNS.numbered(coordination_name("checkpoint:peers", self.directory))
+                self._peer_watch = PeerWatch.start(
+                    store(), name, jax.process_index(), jax.process_count(), peer_timeout(), self._silent_peer
+                )
 
     def step_started(self, now: float) -> bool:
         """A step starts at ``now``: whether the interval that ends here
@@ -123,6 +134,9 @@ class Interruptions:
         if self._flag is not None:
             self._flag.close()
         job, self.job, self._run, self._flag = self.job, None, None, None
+        if self._peer_watch is not None:
+            self._peer_watch.close()
+            self._peer_watch = None
         if self._abort_watch is not None:
             self._abort_watch.close()
             self._abort_watch = None
@@ -132,6 +146,29 @@ class Interruptions:
         if current_job() is not None:  # every process of the job
             control.absorb_late_signals(self.options.signals)
         return job
+
+    def _silent_peer(self, peer: int, seconds: float) -> None:
+        """From the peer watch's thread, on any process: process ``peer``
+        has said nothing for ``seconds``, while this one most likely waits
+        for it in a collective it cannot leave. If SLURM srun's step is
+        ended for it (when the node comes back, srun finds its connection
+        reset and kills every task: SIGKILL, no SIGTERM first), the job ends
+        FAILED; unless SLURM marks the node down first (``SlurmdTimeout``).
+        So the job is requeued now, as after a save's PeerLostError (not
+        after a signal: SLURM or the user is ending the job, and its
+        processes end at different moments)."""
+        if self.catcher.received is not None:
+            return
+        control = self.job
+        if control is None or control.job is None:  # processes other than 0 keep no job: one is read now
+            control = JobControl(current_job(), requeue=self.options.requeue, guard=None, label=str(self.directory))
+        lost = PeerLostError(
+            f"not heard from for {seconds:.0f} s: its node down or unreachable, or the process killed", [peer]
+        )
+        try:
+            control.after_lost_peer(lost)
+        except Exception as exc:  # noqa: BLE001  (a thread's error would go unseen)
+            say(f"{self.directory}: could not requeue after losing a process: {exc}", logging.WARNING)
 
     def requeue_after_error(self, job: JobControl | None, files: RunDirectory) -> None:
         """Process 0, once the run that failed is checkpointed: the requeue,
