@@ -15,6 +15,9 @@ bit for bit as the same run without SLURM, every step logged once:
 - a two-node job whose node2 dies inside a save: the survivor ends within
   NKSERDE_PEER_TIMEOUT with PeerLostError, requeues the job, which waits
   for both nodes and resumes from the newest good checkpoint;
+- a two-node job whose node2 drops out mid-run and is back before SLURM's
+  SlurmdTimeout: process 0, in NetKet's collectives, hears nothing from
+  process 1 and requeues the job before srun ends it FAILED;
 - a run outside SLURM whose node dies while a process of the other node
   has its pid: judged dead by its lease; a live one on the other node is
   never judged dead;
@@ -228,6 +231,36 @@ def test_a_two_node_job_that_loses_a_node_in_a_save_is_requeued_and_resumes():
     same_run("two-node-save", 2, TWO)
     figures("two-node-save", survivor_ended_after=round(seconds(record["exited"]) - record["killed"], 1),
             node_down_after=round(record["down"] - record["killed"], 1), steps_redone=last_step(first) - 5)  # fmt: skip
+
+
+@pytest.mark.slurm
+def test_a_two_node_job_whose_node_drops_out_briefly_is_requeued_and_resumes():
+    """node2 loses power after step 12 and is back before SLURM's
+    SlurmdTimeout (120 s for this case): SLURM never marks it down, and
+    srun would end the job FAILED once node2 answered again. Process 0
+    waits in NetKet's collectives; its watch hears nothing from process 1
+    for NKSERDE_PEER_TIMEOUT (10 s) and two ticks, and requeues the job."""
+    record = JOBS.result("node-drop")
+    output = record["output"]["node1"]
+    first = cluster.attempts(output)[0]
+    said = re.search(
+        r"SLURM job \d+ requeued: process 1 of the run was lost \(not heard from for (\d+) s: its node", first
+    )
+    assert said, first[-3000:]
+    if final_state(record) != "COMPLETED":
+        pytest.fail(diagnosis(record), pytrace=False)
+    assert record["down"] is None, record  # no node failure: SLURM never marked node2 down
+    states = [a["state"] for a in record["attempts"]]
+    assert states == ["REQUEUED", "COMPLETED"] and int(record["show"]["Restarts"]) == 1, record["attempts"]
+    assert all(a["nodes"] == "node[1-2]" for a in record["attempts"]), record["attempts"]
+    killed_after = last_step(first)
+    [resumed] = resumed_from(output)
+    assert newest_before(killed_after)(resumed), (resumed, killed_after)
+    same_run("node-drop", 2, TWO)
+    figures("node-drop", requeued_after=round(seconds(record["attempts"][0]["end"]) - record["killed"], 1),
+            silent_for=int(said.group(1)), node_back_after=round(record["powered"] - record["killed"], 1),
+            seconds_to_the_run_going_on=round(seconds(record["attempts"][-1]["start"]) - record["killed"], 1),
+            steps_redone=killed_after - resumed)  # fmt: skip
 
 
 @pytest.mark.slurm

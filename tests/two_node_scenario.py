@@ -4,14 +4,15 @@ tests/test_slurm.py):
 
     python tests/two_node_scenario.py ROOT
 
-It runs the cases on the two-node cluster (tests/two_nodes.py) in three
+It runs the cases on the two-node cluster (tests/two_nodes.py) in four
 phases, since a node that dies takes every case on it: both nodes up
 (a two-node job stopped by its walltime; a checkpoint directory on the
 nodes' local /tmp; a live owner on the other node; two nodes sharing one
 compilation cache), then node1 dies (a ``--requeue`` job mid-run and one
 inside a save; an owner outside SLURM, its pid alive on node2), then
 node2 dies (a two-node job inside a save; a ``--no-requeue`` job,
-submitted again). What each case saw goes to ``ROOT/<case>.json`` (job ids,
+submitted again), then node2 drops out of a two-node job mid-run and is
+back before SLURM's ``SlurmdTimeout``. What each case saw goes to ``ROOT/<case>.json`` (job ids,
 SLURM's attempts, outputs by node, times) and ``ROOT/scenario.log``; the
 tests read them. The references (the same runs without SLURM) are the
 session's, shared with tests/test_slurm.py (cluster.shared_reference).
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +46,11 @@ STALE_AFTER = "20"  # NKSERDE_LOCK_STALE_AFTER of the runs outside SLURM (renewe
 PEER_TIMEOUT = "15"  # NKSERDE_PEER_TIMEOUT of the two-node job that loses a node
 KILL_AT_STEP = 12  # the runs killed mid-run: after step 12 or later (the newest checkpoint: step 10's or later)
 PAUSE_AT = "10"  # the runs killed inside a save: of step 10 (the newest good checkpoint is step 5's)
+# the two-node job whose node drops out briefly: its NKSERDE_PEER_TIMEOUT,
+# and SLURM's SlurmdTimeout meanwhile (the cluster's 10 s would see a node
+# failure; most clusters' is 300 s)
+DROP_PEER_TIMEOUT = "10"
+DROP_SLURMD_TIMEOUT = 120
 
 
 class Scenario:
@@ -118,7 +125,7 @@ class Scenario:
             return
         references = threading.Thread(target=self._references, name="references")
         references.start()
-        for phase in (self.both_nodes_up, self.node1_dies, self.node2_dies):
+        for phase in (self.both_nodes_up, self.node1_dies, self.node2_dies, self.node2_drops):
             try:
                 phase()
             except Exception:
@@ -274,6 +281,50 @@ class Scenario:
         self.wait_final(two)
         self.job_record("two-node-save", two, killed=killed, exited=exited, down=down, powered=powered,
                         temps=self._temps(self.work / "two-node-save"))  # fmt: skip
+
+    def node2_drops(self) -> None:
+        """node2 loses power mid-run and is back before SLURM's
+        SlurmdTimeout (raised for it): SLURM sees no node failure, and srun
+        would end the step (the job FAILED) when node2 answered again.
+        Process 0, waiting in NetKet's collectives, hears nothing from
+        process 1 and requeues the job; node2 is powered on once the job
+        is no longer running (at most a minute: without the requeue, the
+        job ends as srun ends it)."""
+        both = lambda: all(tn.node_state(n) in ("idle", "mix") for n in tn.NODES)  # noqa: E731
+        tn.wait_for("both nodes idle", both, 180, seen=lambda: tn.node_seen("node2"))
+        with self.slurmd_timeout(DROP_SLURMD_TIMEOUT):
+            job = self.submit("node-drop", ["-N2", "--ntasks-per-node=1"],
+                              {**TWO, "NKSERDE_PEER_TIMEOUT": DROP_PEER_TIMEOUT})  # fmt: skip
+            tn.wait_for("node-drop: step 12", lambda: self._reached("node-drop", job, "node1"), 300)
+            killed = tn.kill("node2")
+            self.log("node2 killed")
+            with contextlib.suppress(RuntimeError):
+                tn.wait_for("node-drop no longer running", lambda: tn.state(job) != "RUNNING", 60, every=1.0)
+            ended = time.time()
+            tn.power_on("node2")
+            powered = time.time()
+            self.log("node2 powered on")
+            self.wait_final(job)
+            down = tn.down_since("node2", killed)
+        self.job_record("node-drop", job, killed=killed, ended=ended, powered=powered, down=down)
+
+    @contextlib.contextmanager
+    def slurmd_timeout(self, seconds: int):
+        """While in it, SLURM's SlurmdTimeout is ``seconds`` (slurm.conf
+        changed, ``scontrol reconfigure``); put back after."""
+        text = tn.CONF.read_text()
+        changed = re.sub(r"^SlurmdTimeout=\d+$", f"SlurmdTimeout={seconds}", text, flags=re.M)
+        if changed == text:
+            raise RuntimeError(f"{tn.CONF} sets no SlurmdTimeout")
+        try:
+            tn.CONF.write_text(changed)
+            tn.slurm("scontrol", "reconfigure")
+            self.log(f"SlurmdTimeout={seconds}")
+            yield
+        finally:
+            tn.CONF.write_text(text)
+            tn.slurm("scontrol", "reconfigure")
+            self.log("SlurmdTimeout as it was")
 
     # ----------------------------------------------------------------- helpers
 
