@@ -7,8 +7,10 @@ on two nodes, one of which drops out and comes back: tests/test_two_nodes.py."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import signal
 import threading
 import time
 
@@ -16,6 +18,9 @@ import pytest
 
 import nkserde
 from multiprocess import launch
+from nkserde.checkpoint.job.control import JobOptions
+from nkserde.checkpoint.job.interruptions import Interruptions
+from nkserde.checkpoint.process_runs import PROCESS_RUNS
 from nkserde.processes.coordination import CountingStore
 from nkserde.processes.peer_watch import END, PeerWatch, Silence, tick_of
 from simulated_store import SimulatedStore
@@ -123,6 +128,26 @@ def test_each_process_sends_two_requests_a_tick_at_1024_processes():
         assert all(watch.step(now) is None for watch in watches)
     assert {tuple(sorted(c.counts.requests.items())) for c in counted} == {(("put", 3), ("try_get", 3))}
     assert watches[0].tick == tick_of(60.0) == 10.0
+
+
+@pytest.mark.parametrize("received", [None, signal.SIGTERM, signal.SIGUSR1])
+def test_a_silent_peer_has_the_job_requeued_unless_a_signal_came_first(received, monkeypatch, caplog):
+    """After a signal (scancel, the time limit, the job's --signal), SLURM
+    or the user is ending the job, and its processes end at different
+    moments: a silence then is theirs, not a node's."""
+    from test_scheduler import RUNNING, RecordingJob, control
+
+    monkeypatch.setattr(PROCESS_RUNS, "steps_done", 1)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # the requeue's SIG_IGN of SLURM's SIGTERM: not here
+    stops = Interruptions("ckpt", JobOptions())
+    job = RecordingJob(RUNNING)
+    stops.job = control(job)
+    stops.catcher.received = received
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        stops._silent_peer(1, 12.4)
+    assert job.requeued == ([] if received else ["4711"])
+    if not received:
+        assert "requeued: process 1 of the run was lost (not heard from for 12 s: its node down" in caplog.text
 
 
 @pytest.fixture
