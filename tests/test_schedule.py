@@ -153,13 +153,38 @@ def test_a_duration_counts_from_the_previous_checkpoint():
 
 
 def test_auto_keeps_checkpointing_within_the_budget():
+    """Checkpoints of 0.5 s at 1%: the run pays for each before the next
+    (the first, which measures one, after the first step), then one every
+    50 s; at every checkpoint, they all took at most 1% of the run."""
     schedule = SaveSchedule(parse_every("auto", budget=0.01), StepTimes())
     schedule.started(0.0)
     assert schedule.due(1, 0.1)  # nothing measured: the first step's checkpoint measures one
-    schedule.saved(0.5)
     schedule.taken(1.0)
+    schedule.saved(0.5)
+    assert schedule.interval() == pytest.approx(99.0)  # 1 s (two checkpoints) is 1% of 100 s
+    assert not schedule.due(2, 99.9) and schedule.due(2, 100.0)
+    schedule.taken(100.0)
+    schedule.saved(0.5)
     assert schedule.interval() == pytest.approx(50.0)  # 0.5 s is 1% of 50 s
-    assert not schedule.due(2, 50.9) and schedule.due(2, 51.0)
+    assert not schedule.due(3, 149.9) and schedule.due(3, 150.0)
+    assert schedule.spent == 1.0  # 1% of the 100 s at the checkpoint before
+
+
+def test_auto_counts_a_background_write_once_at_its_price():
+    """Its snapshot's share is counted when it is taken, then its price
+    (which includes it) when it ends: 40 ms in all, not 42."""
+    schedule = SaveSchedule(parse_every("auto", budget=0.01), StepTimes())
+    schedule.started(0.0)
+    now = 0.0
+    for _ in range(20):
+        schedule.steps.started(now)
+        now += 0.010
+    schedule.taken(now)
+    schedule.saved(0.002)
+    schedule.write_started(now, completed=20)
+    assert schedule.spent == 0.002
+    schedule.write_ended(now + 20 * 0.012, completed=40, own_seconds=0.005)
+    assert schedule.spent == pytest.approx(0.040) and schedule.longest_save == pytest.approx(0.040)
 
 
 def test_auto_prices_a_background_write_at_the_steps_it_slowed_down():

@@ -17,15 +17,18 @@ see :func:`parse_every`):
   ``timedelta``): once that much wall-clock time has passed since the
   previous checkpoint (or the run's start);
 * :class:`WithinBudget` ``(budget, mtbf)``, ``every="auto"``: as often as
-  keeps checkpointing within ``budget`` of the run (default 1%): the
-  interval is the longest checkpoint measured (what it held the run up,
-  plus its background write's CPU time, or how much the steps it went on
-  across were slower than the steps before it, if more: on a GPU or TPU
-  its copies to the host slow them) divided by the budget, and, given a
-  mean time between failures ``mtbf``, at least Young's interval
-  sqrt(2 x checkpoint x mtbf), which minimises the work checkpoints and
-  failures cost together. Before a checkpoint was measured, the first one
-  comes after the first step (it measures what one costs);
+  keeps checkpointing within ``budget`` of the run (default 1%). A
+  checkpoint's price is what it held the run up, plus its background
+  write's CPU time, or how much the steps it went on across were slower
+  than the steps before it, if more (on a GPU or TPU its copies to the
+  host slow them). The next checkpoint comes once the run has lasted long
+  enough for the checkpoints so far and one more at the longest price:
+  the interval is at least the longest price divided by the budget, and
+  the second checkpoint comes after twice that (the first, which measures
+  what one costs, comes after the first step: its price is paid for before
+  the next). Given a mean time between failures ``mtbf``, the interval is
+  at least Young's sqrt(2 x checkpoint x mtbf), which minimises the work
+  checkpoints and failures cost together;
 * :class:`SaveAny` ``(a, b, ...)``, ``a | b``: whenever any of them would.
 
 A run of several processes must checkpoint at the same step on all of
@@ -155,6 +158,10 @@ class WithinBudget(_Timed):
         if times.longest_save is None:
             return None
         seconds = times.longest_save / self.budget
+        if times.run_start is not None and times.last_save is not None:
+            # the run so far pays for every checkpoint taken and the next
+            within = (times.spent + times.longest_save) / self.budget - (times.last_save - times.run_start)
+            seconds = max(seconds, within)
         if self.mtbf:
             seconds = max(seconds, math.sqrt(2 * times.longest_save * self.mtbf))
         return seconds
@@ -228,21 +235,29 @@ class SaveSchedule:
     def __init__(self, policy: SavePolicy, steps: StepTimes):
         self.policy = policy
         self.steps = steps
+        self.run_start: float | None = None
         self.last_save: float | None = None  # when the previous checkpoint was taken (or the run started)
         self.longest_save: float | None = None  # the longest checkpoint measured (seconds of the run)
-        self._write_start: tuple[float, int, float | None] | None = None  # (when, steps, typical step)
+        self.spent = 0.0  # the prices of the checkpoints so far (seconds of the run)
+        self._last_price = 0.0  # of the last checkpoint saved: a background write's snapshot share
+        # (when, steps, typical step, the snapshot's share) of a write in flight
+        self._write_start: tuple[float, int, float | None, float] | None = None
 
     def started(self, now: float) -> None:
         """The run starts: a time interval counts from here."""
-        self.last_save = now
+        self.run_start = self.last_save = now
 
     def saved(self, seconds: float) -> None:
+        """A checkpoint cost the run ``seconds`` (one written in the
+        background: its snapshot's share, until :meth:`write_ended`)."""
         self.longest_save = max(seconds, self.longest_save or 0.0)
+        self.spent += seconds
+        self._last_price = seconds
 
     def write_started(self, now: float, completed: int) -> None:
         """A checkpoint taken at ``now``, ``completed`` steps in, goes on
         being written in the background (:meth:`write_ended` prices it)."""
-        self._write_start = (now, completed, self.step)
+        self._write_start = (now, completed, self.step, self._last_price)
 
     def write_ended(self, now: float, completed: int, own_seconds: float) -> None:
         """The write started last ended, and is taken in at ``now`` with
@@ -252,9 +267,11 @@ class SaveSchedule:
         if self._write_start is None:
             self.saved(own_seconds)
             return
-        (started, at, step), self._write_start = self._write_start, None
+        (started, at, step, share), self._write_start = self._write_start, None
         slower = now - started - (completed - at) * step if step is not None else 0.0
-        self.saved(max(own_seconds, slower))
+        price = max(own_seconds, slower)
+        self.spent += price - share  # the snapshot's share is in already
+        self.longest_save = max(price, self.longest_save or 0.0)
 
     def taken(self, now: float) -> None:
         """A checkpoint was taken now (its interval starts again)."""
