@@ -21,6 +21,7 @@ from multiprocess import launch
 from nkserde.checkpoint.job.control import JobOptions
 from nkserde.checkpoint.job.interruptions import Interruptions
 from nkserde.checkpoint.process_runs import PROCESS_RUNS
+from nkserde.checkpoint.run import Run
 from nkserde.processes.coordination import CountingStore
 from nkserde.processes.peer_watch import END, PeerWatch, Silence, tick_of
 from simulated_store import SimulatedStore
@@ -139,15 +140,36 @@ def test_a_silent_peer_has_the_job_requeued_unless_a_signal_came_first(received,
 
     monkeypatch.setattr(PROCESS_RUNS, "steps_done", 1)
     monkeypatch.setattr(signal, "signal", lambda *a: None)  # the requeue's SIG_IGN of SLURM's SIGTERM: not here
-    stops = Interruptions("ckpt", JobOptions())
-    job = RecordingJob(RUNNING)
-    stops.job = control(job)
+    stops = silent_peer_of_a_run(RecordingJob(RUNNING), control, started=20, saved=25)
     stops.catcher.received = received
     with caplog.at_level(logging.INFO, logger="nkserde"):
         stops._silent_peer(1, 12.4)
-    assert job.requeued == ([] if received else ["4711"])
+    assert stops.job.job.requeued == ([] if received else ["4711"])
     if not received:
         assert "requeued: process 1 of the run was lost (not heard from for 12 s: its node down" in caplog.text
+
+
+def silent_peer_of_a_run(job, control, *, started: int, saved: int) -> Interruptions:
+    """The Interruptions of a run of ``job`` (process 0's: it holds the job)
+    started at step ``started``, its newest checkpoint of step ``saved``."""
+    stops = Interruptions("ckpt", JobOptions())
+    stops.job = control(job)
+    stops._run = Run((), (), None)
+    stops._first_step, stops._run.last_saved = started, saved
+    return stops
+
+
+def test_a_silent_peer_has_the_job_requeued_only_if_the_attempt_wrote_a_checkpoint(monkeypatch, caplog):
+    """A process that dies at the same point of every attempt would have
+    the job requeued forever: each requeue must start further on."""
+    from test_scheduler import RUNNING, RecordingJob, control
+
+    monkeypatch.setattr(PROCESS_RUNS, "steps_done", 1)
+    stops = silent_peer_of_a_run(RecordingJob(RUNNING), control, started=20, saved=20)
+    with caplog.at_level(logging.INFO, logger="nkserde"):
+        stops._silent_peer(1, 12.4)
+    assert stops.job.job.requeued == []
+    assert "process 1 of the run was lost (not heard from for 12 s); not requeued: this attempt wrote no" in caplog.text
 
 
 @pytest.fixture

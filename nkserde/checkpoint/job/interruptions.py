@@ -50,6 +50,7 @@ class Interruptions:
         self.options = options
         self.job: JobControl | None = None  # the job of the run going on
         self._run: Run | None = None
+        self._first_step = 0  # the step the run started from
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
         self._abort_watch: AbortWatch | None = None  # requeues the job if JAX aborts the run (process 0)
         self._peer_watch: PeerWatch | None = None  # requeues the job if a process goes silent (SLURM)
@@ -68,6 +69,7 @@ class Interruptions:
         """The run starts: its signal handlers, its job (process 0 alone
         asks SLURM, and decides), the stop flag of its processes."""
         self._run = run
+        self._first_step = run.completed
         # decided when the run starts, not when the callback is built
         # (a script may build it before jax.distributed.initialize())
         self.catcher.defer_sigint = not multi_process()
@@ -158,6 +160,13 @@ class Interruptions:
         after a signal: SLURM or the user is ending the job, and its
         processes end at different moments)."""
         if self.catcher.received is not None:
+            return
+        lost = f"process {peer} of the run was lost (not heard from for {seconds:.0f} s)"
+        run = self._run
+        if run is None or run.last_saved is None or run.last_saved <= self._first_step:
+            # a process that dies at the same point of every attempt would
+            # requeue the job forever; each requeue here starts further on
+            say(f"{self.directory}: {lost}; not requeued: this attempt wrote no checkpoint", logging.WARNING)
             return
         control = self.job
         if control is None or control.job is None:  # processes other than 0 keep no job: one is read now
