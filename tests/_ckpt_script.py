@@ -5,7 +5,10 @@
 DRIVER is ``vmc`` or ``vmc_sr`` (8 steps) or ``tdvp`` (RK4, FullSumState,
 ``run(0.08)`` with dt=0.01), or ``vmc_monitor``, ``vmc_numpy_complex`` (8
 steps; state their first step restructures), built with fixed seeds by
-tests/builders.py.
+tests/builders.py. With ``--mode plain``, several joined by commas
+(``vmc,tdvp``) run one after the other in this process, each in
+``WORKDIR/<driver>`` as if it were WORKDIR: the references of several
+drivers for the price of one import of NetKet.
 MODE is ``checkpointed`` (``nkserde.checkpointed(driver, WORKDIR/ckpt,
 ...)``), ``callback`` (``callback=nkserde.Checkpoint(WORKDIR/ckpt, ...)``)
 or ``plain`` (no checkpoint: the reference). The run logs to
@@ -186,19 +189,29 @@ def slow_down_an_append():
 
 
 def main():
-    global CHECKPOINT
     parser = argparse.ArgumentParser()
-    parser.add_argument("driver", choices=sorted(BUILD))
+    parser.add_argument("driver", help=f"one of {sorted(BUILD)}; with --mode plain, several joined by commas")
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--mode", choices=("checkpointed", "callback", "plain"), default="checkpointed")
     parser.add_argument("--every", type=int, default=2)
     parser.add_argument("--sync", action="store_true", help="async_save=False")
     args = parser.parse_args()
+    drivers = args.driver.split(",")
+    if any(name not in BUILD for name in drivers) or (len(drivers) > 1 and args.mode != "plain"):
+        parser.error(f"driver: one of {sorted(BUILD)}, or several joined by commas with --mode plain")
     slow_down_a_write()
     slow_down_an_append()
+    if len(drivers) == 1:
+        run(drivers[0], args.workdir, args)
+    else:
+        for name in drivers:
+            run(name, args.workdir / name, args)
 
-    driver = BUILD[args.driver]()
-    ckpt_dir = args.workdir / "ckpt"
+
+def run(name: str, workdir: Path, args) -> None:
+    global CHECKPOINT
+    driver = BUILD[name]()
+    ckpt_dir = workdir / "ckpt"
     options = {"every": args.every, "async_save": not args.sync}
     callbacks = [Printer()]
     if args.mode == "checkpointed":
@@ -208,7 +221,7 @@ def main():
         CHECKPOINT = nkserde.Checkpoint(ckpt_dir, **options)
         callbacks.append(CHECKPOINT)
 
-    driver.run(AMOUNT[args.driver], out=str(args.workdir / "out" / "log"), callback=callbacks, show_progress=False)
+    driver.run(AMOUNT[name], out=str(workdir / "out" / "log"), callback=callbacks, show_progress=False)
 
     leaves = jax.tree_util.tree_leaves_with_path(driver.state.parameters)
     arrays = {jax.tree_util.keystr(path): np.asarray(x) for path, x in leaves}
@@ -217,8 +230,9 @@ def main():
             if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
                 x = jax.random.key_data(x)
             arrays["sampler_state" + jax.tree_util.keystr(path)] = np.asarray(x)
-    t = float(driver.t) if args.driver == "tdvp" else float("nan")
-    with open(args.workdir / "result.npz", "wb") as f:
+    t = float(driver.t) if name == "tdvp" else float("nan")
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(workdir / "result.npz", "wb") as f:
         np.savez(f, step_count=np.asarray(driver.step_count), t=np.asarray(t), **arrays)
     say(f"finished step_count={driver.step_count} t={t!r} params {digest(driver)}")
     ckpt = checkpoint()

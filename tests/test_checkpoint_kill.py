@@ -141,8 +141,8 @@ class Runner:
         self.processes.append(process)
         return process
 
-    def run_to_end(self, driver, workdir, *options, env=None) -> Process:
-        process = self.start(driver, workdir, *options, env=env)
+    def run_to_end(self, driver, workdir, *options, env=None, timeout=TIMEOUT) -> Process:
+        process = self.start(driver, workdir, *options, env=env, timeout=timeout)
         if process.finish() != 0:
             process.fail(f"exit code {process.popen.returncode}")
         if not process.find(r"finished step_count=\d+ t=.*"):
@@ -219,18 +219,17 @@ def assert_same_end(workdir: Path, reference: Outcome):
 @pytest.fixture(scope="module")
 def reference(runner, tmp_path_factory):
     """reference(driver): the Outcome of an uninterrupted run without
-    checkpoints, made once per driver."""
-    done = {}
-
-    def get(driver) -> Outcome:
-        if driver not in done:
-            workdir = tmp_path_factory.mktemp(f"reference-{driver}")
-            runner.run_to_end(driver, workdir, "--mode", "plain")
-            done[driver] = Outcome(workdir)
-            assert done[driver].step_count == STEPS
-        return done[driver]
-
-    return get
+    checkpoints. Every driver's in one process, one after the other (a
+    launch imports NetKet: seconds of CPU that five launches paid five
+    times); the runs under test each have a fresh process, so a reference
+    that a run before it in its process changed would fail them, not
+    pass them."""
+    workdir = tmp_path_factory.mktemp("reference")
+    drivers = [*DRIVERS, *sorted(PROVISIONAL)]
+    runner.run_to_end(",".join(drivers), workdir, "--mode", "plain", timeout=len(drivers) * TIMEOUT)
+    done = {driver: Outcome(workdir / driver) for driver in drivers}
+    assert all(outcome.step_count == STEPS for outcome in done.values())
+    return done.__getitem__
 
 
 def saved_steps(workdir: Path) -> list[int]:
