@@ -59,7 +59,7 @@ class Processes:
         self.store = SimulatedStore(count)
         self.silent: dict[int, list] = {i: [] for i in range(count)}
         self.watches = [
-            PeerWatch.start(self.store, "peers:0", i, count, timeout, lambda p, s, i=i: self.silent[i].append((p, s)))
+            PeerWatch(self.store, "peers:0", i, count, timeout, lambda p, s, i=i: self.silent[i].append((p, s))).start()
             for i in range(count)
         ]
 
@@ -110,7 +110,7 @@ class FailingStore:
 def test_a_store_that_fails_is_the_silence_of_process_0():
     called = threading.Event()
     heard = []
-    watch = PeerWatch.start(FailingStore(), "peers:0", 2, 4, 0.6, lambda p, s: (heard.append(p), called.set()))
+    watch = PeerWatch(FailingStore(), "peers:0", 2, 4, 0.6, lambda p, s: (heard.append(p), called.set())).start()
     try:
         assert called.wait(10.0)
     finally:

@@ -6,7 +6,7 @@ nothing more, and the others wait for it in NetKet's collectives. There
 the run's thread runs no Python, but the others' do: JAX releases the
 interpreter while it waits, so this thread goes on ticking.
 
-    watch = PeerWatch.start(store, "checkpoint:peers:1a2b", index, count, timeout, on_silent)
+    watch = PeerWatch(store, "checkpoint:peers:1a2b", index, count, timeout, on_silent).start()
     ...                 # the run; on_silent(peer, seconds) may be called once, from the watch's thread
     watch.close()       # the run ended through Python: whoever listens for this process stops
 
@@ -85,15 +85,13 @@ class PeerWatch:
         self._lock = threading.Lock()  # a tick's put and the closing one do not cross
         self._thread = threading.Thread(target=self._run, name=f"nkserde peer watch {index}", daemon=True)
 
-    @classmethod
-    def start(cls, store, name: str, index: int, count: int, timeout: float, on_silent) -> PeerWatch:
+    def start(self) -> PeerWatch:
         """Starts the watch's thread; :meth:`close` ends it (at the
         interpreter's exit at the latest, before JAX's distributed
-        runtime shuts down)."""
-        watch = cls(store, name, index, count, timeout, on_silent)
-        atexit.register(watch.close)
-        watch._thread.start()
-        return watch
+        runtime shuts down). Returns the watch."""
+        atexit.register(self.close)
+        self._thread.start()
+        return self
 
     def step(self, now: float) -> tuple[int, float] | None:
         """One tick at ``now``: this process's counter put, the neighbour's

@@ -95,9 +95,9 @@ class Interruptions:
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
             if current_job() is not None and self.options.requeue != "never":
                 name = PROCESS_RUNS.numbered(coordination_name("checkpoint:peers", self.directory))
-                self._peer_watch = PeerWatch.start(
+                self._peer_watch = PeerWatch(
                     store(), name, jax.process_index(), jax.process_count(), peer_timeout(), self._silent_peer
-                )
+                ).start()
 
     def step_started(self, now: float) -> bool:
         """A step starts at ``now``: whether the interval that ends here
