@@ -235,7 +235,7 @@ class SaveSchedule:
     def __init__(self, policy: SavePolicy, steps: StepTimes):
         self.policy = policy
         self.steps = steps
-        self.run_start: float | None = None
+        self.run_start: float | None = None  # when the run started: what the budget is a fraction of
         self.last_save: float | None = None  # when the previous checkpoint was taken (or the run started)
         self.longest_save: float | None = None  # the longest checkpoint measured (seconds of the run)
         self.spent = 0.0  # the prices of the checkpoints so far (seconds of the run)

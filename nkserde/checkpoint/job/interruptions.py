@@ -152,13 +152,13 @@ class Interruptions:
     def _silent_peer(self, peer: int, seconds: float) -> None:
         """From the peer watch's thread, on any process: process ``peer``
         has said nothing for ``seconds``, while this one most likely waits
-        for it in a collective it cannot leave. If SLURM srun's step is
-        ended for it (when the node comes back, srun finds its connection
-        reset and kills every task: SIGKILL, no SIGTERM first), the job ends
-        FAILED; unless SLURM marks the node down first (``SlurmdTimeout``).
-        So the job is requeued now, as after a save's PeerLostError (not
-        after a signal: SLURM or the user is ending the job, and its
-        processes end at different moments)."""
+        for it in a collective it cannot leave. Left alone, the job ends
+        FAILED when the node comes back (srun finds its connection reset
+        and kills every task: SIGKILL, no SIGTERM first), unless SLURM
+        marks the node down before (``SlurmdTimeout``). So the job is
+        requeued now, as after a save's PeerLostError, if this attempt
+        wrote a checkpoint; not after a signal (SLURM or the user is ending
+        the job, and its processes end at different moments)."""
         if self.catcher.received is not None:
             return
         lost = f"process {peer} of the run was lost (not heard from for {seconds:.0f} s)"
@@ -171,11 +171,11 @@ class Interruptions:
         control = self.job
         if control is None or control.job is None:  # processes other than 0 keep no job: one is read now
             control = JobControl(current_job(), requeue=self.options.requeue, guard=None, label=str(self.directory))
-        lost = PeerLostError(
+        error = PeerLostError(
             f"not heard from for {seconds:.0f} s: its node down or unreachable, or the process killed", [peer]
         )
         try:
-            control.after_lost_peer(lost)
+            control.after_lost_peer(error)
         except Exception as exc:  # noqa: BLE001  (a thread's error would go unseen)
             say(f"{self.directory}: could not requeue after losing a process: {exc}", logging.WARNING)
 
