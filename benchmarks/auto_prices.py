@@ -40,9 +40,7 @@ class LoggedSchedule(SaveSchedule):
         super().saved(seconds)
 
     def write_ended(self, now, completed, own_seconds):
-        start = self._write_start
-        step = start[2] if start else None
-        slower = now - start[0] - (completed - start[1]) * step if step is not None else None
+        slower = self.slowdown(now, completed)
         EVENTS.append(("write_ended", "at step", completed, "own", round(own_seconds * 1e3, 1), "ms", "slower",
                        None if slower is None else round(slower * 1e3, 1), "ms"))  # fmt: skip
         super().write_ended(now, completed, own_seconds)

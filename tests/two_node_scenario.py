@@ -12,9 +12,9 @@ compilation cache), then node1 dies (a ``--requeue`` job mid-run and one
 inside a save; an owner outside SLURM, its pid alive on node2), then
 node2 dies (a two-node job inside a save; a ``--no-requeue`` job,
 submitted again), then node2 drops out of a two-node job mid-run and is
-back before SLURM's ``SlurmdTimeout``. What each case saw goes to ``ROOT/<case>.json`` (job ids,
-SLURM's attempts, outputs by node, times) and ``ROOT/scenario.log``; the
-tests read them. The references (the same runs without SLURM) are the
+back before SLURM's ``SlurmdTimeout``. What each case saw goes to
+``ROOT/<case>.json`` (job ids, SLURM's attempts, outputs by node, times)
+and ``ROOT/scenario.log``; the tests read them. The references (the same runs without SLURM) are the
 session's, shared with tests/test_slurm.py (cluster.shared_reference).
 """
 
@@ -300,13 +300,12 @@ class Scenario:
             self.log("node2 killed")
             with contextlib.suppress(RuntimeError):
                 tn.wait_for("node-drop no longer running", lambda: tn.state(job) != "RUNNING", 60, every=1.0)
-            ended = time.time()
             tn.power_on("node2")
             powered = time.time()
             self.log("node2 powered on")
             self.wait_final(job)
             down = tn.down_since("node2", killed)
-        self.job_record("node-drop", job, killed=killed, ended=ended, powered=powered, down=down)
+        self.job_record("node-drop", job, killed=killed, powered=powered, down=down)
 
     @contextlib.contextmanager
     def slurmd_timeout(self, seconds: int):

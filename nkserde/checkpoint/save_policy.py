@@ -267,11 +267,21 @@ class SaveSchedule:
         if self._write_start is None:
             self.saved(own_seconds)
             return
-        (started, at, step, share), self._write_start = self._write_start, None
-        slower = now - started - (completed - at) * step if step is not None else 0.0
-        price = max(own_seconds, slower)
+        slower = self.slowdown(now, completed)
+        share, self._write_start = self._write_start[3], None
+        price = max(own_seconds, slower or 0.0)
         self.spent += price - share  # the snapshot's share is in already
         self.longest_save = max(price, self.longest_save or 0.0)
+
+    def slowdown(self, now: float, completed: int) -> float | None:
+        """How much longer than as many typical steps of before it the
+        steps since the write in flight started took, up to ``now`` and
+        ``completed`` steps; None with no write in flight or no step
+        measured before it."""
+        if self._write_start is None or self._write_start[2] is None:
+            return None
+        started, at, step, _ = self._write_start
+        return now - started - (completed - at) * step
 
     def taken(self, now: float) -> None:
         """A checkpoint was taken now (its interval starts again)."""
