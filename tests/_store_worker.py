@@ -1,6 +1,6 @@
 """One process of tests/test_jax_store.py: what nkserde.processes.jax_service.JaxStore
 relies on of JAX's coordination service (errors of an existing key, a
-missing key, timeouts; dir_get and delete of a prefix). Needs JAX and
+missing key, timeouts; dir_get and delete of a prefix; a key put again). Needs JAX and
 nkserde only, so it runs under every NetKet CI installs.
 
     python _store_worker.py RANK N PORT store WORKDIR
@@ -37,6 +37,9 @@ def store_semantics():
     seen["dir"] = [[k, v.decode()] for k, v in store.dir_get("t/d")]
     seen["missing"] = store.try_get("t/none") is None
     seen["present"] = store.try_get("t/d/0") == b"value 0"
+    store.put(f"t/p/{rank}", b"1")  # a heartbeat: put again, whatever it holds
+    store.put(f"t/p/{rank}", b"2")
+    seen["put_again"] = store.try_get(f"t/p/{rank}") == b"2"
     try:
         store.set(f"t/d/{rank}", b"again")
         seen["exists"] = False

@@ -17,6 +17,6 @@ def test_jax_coordination_service_behaves_as_the_store_expects(tmp_path):
     first, second = (json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2))
     for seen in (first, second):
         assert seen["dir"] == [["t/d/0", "value 0"], ["t/d/1", "value 1"]]
-        assert seen["missing"] and seen["present"] and seen["exists"]
+        assert seen["missing"] and seen["present"] and seen["exists"] and seen["put_again"]
     assert first["after_delete"] and first["get_timeout"] and first["barrier_timeout"]
     assert second["late_arrival"]
