@@ -108,7 +108,7 @@ def _steps(log, n=3):
 @pytest.fixture
 def starved(monkeypatch):
     """Background writes whose thread never runs a step: a busy node."""
-    monkeypatch.setattr(background_write.BackgroundWrite, "_run", lambda self: None)
+    monkeypatch.setattr(background_write.BackgroundWrite, "run_in_background", lambda self: None)
 
 
 def test_a_step_end_leaves_a_write_in_flight_alone(tmp_path, starved, monkeypatch):

@@ -8,16 +8,17 @@ nkserde.api.
     ...
     writer.wait()                             # the write is on disk (or failed)
     writer.raise_error()                      # NkserdeError if it failed
+    writer.close()                            # its thread ends (the run's end)
 
 :class:`BackgroundWrite` advances a generator of write steps (see
 ``api.save_state_dict_steps``: each step is at most a few MiB of I/O) from a
-thread at the lowest CPU priority, so on a quiet machine it uses only what
-the run leaves idle. On a busy node that thread can starve; then
-:meth:`BackgroundWrite.finish` lets the calling thread (the run's own, at its
-normal priority) do the steps that are left. One step runs at a time, under
-a lock, whichever thread runs it: a generator is a resumable frame any
-thread may advance. :class:`CheckpointWriter` keeps one such write in
-flight.
+:class:`WriteThread` at the lowest CPU priority, so on a quiet machine it
+uses only what the run leaves idle. On a busy node that thread can starve;
+then :meth:`BackgroundWrite.finish` lets the calling thread (the run's own,
+at its normal priority) do the steps that are left. One step runs at a
+time, under a lock, whichever thread runs it: a generator is a resumable
+frame any thread may advance. :class:`CheckpointWriter` keeps one such
+write in flight, and one thread for all of its writes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import queue
 import threading
 import time
 import weakref
@@ -44,6 +46,7 @@ class BackgroundWrite:
 
     def __init__(self, steps, name: str = "nkserde-write"):
         self._steps = steps
+        self.name = name
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.error: Exception | None = None
@@ -53,16 +56,23 @@ class BackgroundWrite:
         self.steps_in_caller = 0
         self.background_cpu_seconds = 0.0
         self._caller_took_over = False
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._started = False
 
-    def start(self) -> BackgroundWrite:
-        self._thread.start()
+    def start(self, thread: WriteThread | None = None) -> BackgroundWrite:
+        """Hands the write to ``thread`` (by default a thread of its own,
+        which ends with the write)."""
+        self._started = True
+        own = thread is None
+        thread = WriteThread(self.name) if own else thread
+        thread.run(self)
+        if own:
+            thread.close()
         return self
 
     @property
     def started(self) -> bool:
         """Whether it ran in the background (else :meth:`finish` wrote it all)."""
-        return self._thread.ident is not None
+        return self._started
 
     @property
     def done(self) -> bool:
@@ -76,8 +86,6 @@ class BackgroundWrite:
         self._caller_took_over = True  # the background thread starts no new step
         while self._advance(in_caller=True):
             pass
-        if self.started:
-            self._thread.join()
 
     def cancel(self) -> None:
         """Ends the write unfinished: no step runs after this returns (a step
@@ -89,12 +97,9 @@ class BackgroundWrite:
                 self._steps.close()
                 self._end()
 
-    def _run(self):
-        # Lowest priority for this thread only (Linux: per-thread nice): a
-        # write should take what the run leaves, not slow its steps down.
-        # Irreversible for an unprivileged process, hence finish().
-        with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    def run_in_background(self):
+        """The background thread's part: steps until the end or until the
+        caller takes over."""
         while not self._caller_took_over and self._advance(in_caller=False):
             pass
 
@@ -138,6 +143,50 @@ class BackgroundWrite:
         self._done.set()
 
 
+class WriteThread:
+    """A thread at the lowest CPU priority that runs the background writes
+    handed to it, one after the other. It starts with the first write and
+    then waits for the next one, so handing a write over costs the caller
+    a queue's put, not a thread's start: a start waits for the new thread
+    to be scheduled (1-4 ms on a TPU host, up to 100 ms on a 2-core CPU
+    whose cores run the steps). :meth:`close` ends it after the writes
+    handed over."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self._writes: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def run(self, write: BackgroundWrite) -> None:
+        # not alive: closed, or this process was forked from the one it runs in
+        if self._thread is None or not self._thread.is_alive():
+            self._writes = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._serve, args=(self._writes,), name=self.name, daemon=True)
+            self._thread.start()
+        self._writes.put(write)
+
+    def close(self) -> None:
+        """The thread ends once the writes handed to it have (a later
+        :meth:`run` starts a new one)."""
+        if self._thread is not None:
+            self._writes.put(None)
+            self._thread = None
+
+    @staticmethod
+    def _serve(writes: queue.SimpleQueue):
+        # Lowest priority for this thread only (Linux: per-thread nice): a
+        # write should take what the run leaves, not slow its steps down.
+        # Irreversible for an unprivileged process, hence finish().
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        while True:
+            write = writes.get()
+            if write is None:
+                return
+            write.run_in_background()
+            del write  # holds nothing of a write while it waits for the next
+
+
 _PENDING: weakref.WeakSet = weakref.WeakSet()
 
 
@@ -160,6 +209,9 @@ class CheckpointWriter:
         self.lags: list[tuple[int, float]] = []
         self.background_cpu = 0.0
         self._write: BackgroundWrite | None = None
+        self._thread = WriteThread("nkserde-checkpoint")
+        # a writer forgotten without close() lets its thread end too
+        weakref.finalize(self, self._thread.close)
         self._target = None  # what the write in flight writes
         self._error: BaseException | None = None
         self._error_target = None
@@ -177,7 +229,7 @@ class CheckpointWriter:
         self._write, self._target = write, target
         if asynchronous:
             _PENDING.add(self)
-            write.start()
+            write.start(self._thread)
         else:
             self.wait()
             self.raise_error()
@@ -201,6 +253,11 @@ class CheckpointWriter:
         if write.started:
             self.lags.append((write.steps_in_caller, write.seconds))
             self.background_cpu = write.background_cpu_seconds
+
+    def close(self) -> None:
+        """Its thread ends after the write in flight (a later asynchronous
+        :meth:`submit` starts another)."""
+        self._thread.close()
 
     def abandon(self) -> None:
         """Cancels the write in flight (nothing of it is published) and

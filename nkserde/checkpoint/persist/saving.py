@@ -209,7 +209,9 @@ class Saver:
     def finish(self, raise_write_error: bool = True) -> None:
         """The run's end: the last write's error settled as :meth:`settle`
         does, or (``raise_write_error=False``, a run that failed: never
-        mask its error) logged."""
+        mask its error) logged. The writer's thread ends after the write in
+        flight."""
+        self.writer.close()
         if raise_write_error:
             self.settle()
             return
