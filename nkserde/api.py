@@ -99,7 +99,7 @@ def save(obj, path) -> Path:
     file: replicated values once, arrays split over processes assembled from
     each process's blocks, per-process values stacked. See
     docs/distributed.md."""
-    state, held = tree.snapshot(obj)  # arrays in device memory: their copies to the host all go on at once
+    state, held = tree.snapshot(obj)  # arrays in device memory: held, copied by the write's first step
     return fileformat.drain(save_state_dict_steps(state, path, root_type=type(obj).__name__, held=held))
 
 
@@ -119,9 +119,12 @@ def save_state_dict_steps(state, path, *, root_type: str | None = None, sequence
     Checkpoint's, one directory): they share coordination keys, each
     deleting the last one's; by default one per target file. ``held``: the
     arrays of ``state`` still in device memory (as ``tree.snapshot``
-    returns them), copied to the host by the first step."""
+    returns them), copied to the host by the first step: all their copies
+    are started before it waits for the first, so they cross together."""
     path = Path(path)
     if held:
+        for array in held:
+            array.start_copy()
         state = fetched(state)
         yield
     meta = new_meta(state, root_type or type(state).__name__)

@@ -125,17 +125,22 @@ class Resizable:
 
 class OnDevice:
     """An array of a snapshot that is still in device memory (a GPU's, a
-    TPU's): its copy to the host was started when the snapshot was taken
-    and goes on while the run does. :meth:`fetch` waits for that copy and
-    returns it; from then on only the host copy is held, so the device
-    memory goes back as soon as the run no longer uses the array.
-    ``array``: anything ``np.asarray`` copies to the host (a JAX array, one
-    shard's data)."""
+    TPU's), held as it is while the run goes on. :meth:`start_copy` starts
+    its copy to the host without waiting for it; :meth:`fetch` waits for
+    that copy and returns it; from then on only the host copy is held, so
+    the device memory goes back as soon as the run no longer uses the
+    array. ``array``: anything ``np.asarray`` copies to the host (a JAX
+    array, one shard's data)."""
 
     __slots__ = ("held",)
 
     def __init__(self, array):
         self.held = array  # the device's array, then its host copy
+
+    def start_copy(self) -> None:
+        start = getattr(self.held, "copy_to_host_async", None)
+        if start is not None:
+            start()
 
     def fetch(self) -> np.ndarray:
         host = np.asarray(self.held)

@@ -33,8 +33,8 @@ def _host_array(x: jax.Array, held: list | None) -> np.ndarray | OnDevice | Glob
     process's copy and a split one a :class:`GlobalArray` of the blocks this
     process writes (one replica of each, the ``replica_id == 0`` one):
     nothing is gathered across processes. With ``held`` (a list), an array
-    in device memory other than the host's is not copied here: its copy is
-    started and it is an :class:`OnDevice`, also appended to ``held``."""
+    in device memory other than the host's is not copied here: it is an
+    :class:`OnDevice`, also appended to ``held``."""
     if x.is_fully_addressable:
         return np.asarray(x) if held is None else _host(x, held)  # zero-copy for CPU arrays
     if x.sharding.is_fully_replicated:
@@ -51,8 +51,7 @@ def _host(x: jax.Array, held: list | None) -> np.ndarray | OnDevice:
     if held is None or next(iter(x.sharding.device_set)).platform in HOST_PLATFORMS:
         return np.asarray(x)  # zero-copy for CPU arrays
     # JAX arrays are immutable (NetKet donates no buffers): the snapshot
-    # holds x while its copy to the host goes on, and the run goes on too
-    x.copy_to_host_async()
+    # holds x, and the write copies it to the host while the run goes on
     device_array = OnDevice(x)
     held.append(device_array)
     return device_array
@@ -64,9 +63,10 @@ def _host(x: jax.Array, held: list | None) -> np.ndarray | OnDevice:
 def snapshot(obj) -> tuple[Any, list]:
     """``(state dict, held)`` of ``obj`` for a save, taken without waiting
     for a device: where the process computes on a GPU or TPU, each JAX array
-    in device memory has its copy to the host started and is held (see
-    :func:`to_state_dict`'s ``held``, returned); on a CPU every array is read
-    in place and ``held`` is empty (no array is looked at twice)."""
+    in device memory is held as it is (see :func:`to_state_dict`'s ``held``,
+    returned; the write starts their copies to the host, all at once); on a
+    CPU every array is read in place and ``held`` is empty (no array is
+    looked at twice)."""
     held: list | None = [] if jax.default_backend() not in HOST_PLATFORMS else None
     return to_state_dict(obj, held=held), held or []
 
@@ -76,11 +76,11 @@ def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None =
     of the first value nkserde does not know how to store. ``check_only``:
     only check that it can be stored (JAX arrays are not read: the result
     holds a ``jax.ShapeDtypeStruct`` of each in its place). ``held``: a
-    list; then the walk waits for no device: each JAX array in device
-    memory other than the host's (a GPU's, a TPU's) has its copy to the
-    host started and stands in the result as a
-    :class:`~nkserde.placement.OnDevice`, appended to ``held`` too
-    (:func:`nkserde.placement.fetched` gives the numpy arrays)."""
+    list; then the walk waits for no device and copies nothing: each JAX
+    array in device memory other than the host's (a GPU's, a TPU's) stands
+    in the result as a :class:`~nkserde.placement.OnDevice`, appended to
+    ``held`` too (:func:`nkserde.placement.fetched` gives the numpy
+    arrays)."""
     if obj is None or isinstance(obj, SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
             tree_codec.check_text(obj, path, "string")

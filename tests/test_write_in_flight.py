@@ -4,7 +4,7 @@ Saver's one rule says when the run's thread waits for it.
 
 Device arrays are simulated on the CPU: with ``tree.HOST_PLATFORMS`` empty,
 the snapshot treats the CPU's JAX arrays as a GPU's or TPU's (held, their
-copies to the host started, fetched by the write). Nothing is timed: the
+copies to the host started and fetched by the write). Nothing is timed: the
 write is held back on purpose until the test lets it go."""
 
 from __future__ import annotations
@@ -79,11 +79,21 @@ def test_the_run_goes_on_while_its_checkpoint_is_copied_and_written(tmp_path, mo
     fetch = placement.OnDevice.fetch
 
     def held_fetch(self):
+        if not fetched_by:  # the first checkpoint's copies, all started before its first fetch
+            first_copies_by.extend(copies_started_by)
         fetched_by.append(threading.current_thread().name)
         assert release.wait(300), "the write was never let go"
         return fetch(self)
 
     monkeypatch.setattr(placement.OnDevice, "fetch", held_fetch)
+    copies_started_by, first_copies_by = [], []
+    start_copy = placement.OnDevice.start_copy
+
+    def logged_start_copy(self):
+        copies_started_by.append(threading.current_thread().name)
+        start_copy(self)
+
+    monkeypatch.setattr(placement.OnDevice, "start_copy", logged_start_copy)
     driver = builders.vmc()
     ckpt = nkserde.Checkpoint(tmp_path, every=EVERY, keep=10)
     watch = Watch(ckpt, release, steps_held=3)
@@ -92,11 +102,30 @@ def test_the_run_goes_on_while_its_checkpoint_is_copied_and_written(tmp_path, mo
     # the step that took it and the two after it ended with it in flight
     assert watch.ended_in_flight == [EVERY, EVERY + 1, EVERY + 2]
     assert fetched_by[0] == "nkserde-checkpoint"  # the copy held back was the background thread's
+    # the run's thread only held the arrays: their copies were the write's to start
+    assert first_copies_by and set(first_copies_by) == {"nkserde-checkpoint"}
     assert ckpt.write_lags[0][0] == 0  # no step of its write in the run's thread
     assert ckpt.steps() == [EVERY, 2 * EVERY, 2 * EVERY + 2]
     stored = nkserde.load(builders.vmc(), ckpt.path(EVERY)).state.parameters
     builders.assert_same_leaves(builders.leaves(stored), builders.leaves(watch.at_snapshot))
     builders.assert_differs(watch.at_snapshot, driver.state.parameters)
+
+
+def test_a_save_starts_every_copy_before_it_waits_for_one(tmp_path, monkeypatch):
+    """The copies of a snapshot's device arrays cross together: the write
+    starts all of them, then waits for each."""
+    monkeypatch.setattr(tree, "HOST_PLATFORMS", frozenset())
+    events = []
+    start_copy, fetch = placement.OnDevice.start_copy, placement.OnDevice.fetch
+    monkeypatch.setattr(placement.OnDevice, "start_copy", lambda self: events.append("start") or start_copy(self))
+    monkeypatch.setattr(placement.OnDevice, "fetch", lambda self: events.append("fetch") or fetch(self))
+    driver = builders.vmc()
+    nkserde.save(driver, tmp_path / "driver.nks")
+    arrays = len(jax.tree.leaves(driver.state.parameters))
+    assert events.count("start") == events.count("fetch") >= arrays
+    assert events.index("fetch") == events.count("start")  # every start before the first wait
+    loaded = nkserde.load(builders.vmc(), tmp_path / "driver.nks")
+    builders.assert_same_leaves(builders.leaves(loaded.state.parameters), builders.leaves(driver.state.parameters))
 
 
 def _steps(log, n=3):

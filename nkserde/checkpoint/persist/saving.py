@@ -7,11 +7,12 @@ failed because a process of the run is gone always ends the run), a
 deletion that fails warned about apart.
 
 A save, synchronous or not, is one line of stages: the snapshot (the
-state dict, with the arrays in device memory held and their copies to
-the host started, numpy memory the run may change copied), then the
-arrays to the host, encoded, written, committed and verified. An
-asynchronous save returns after the snapshot; the rest goes on in a
-background thread (CheckpointWriter) across as many steps as it needs.
+state dict, with the arrays in device memory held as they are, numpy
+memory the run may change copied), then the arrays to the host, encoded,
+written, committed and verified. An asynchronous save returns after the
+snapshot; the rest, the copies from the device included, goes on in a
+background thread (CheckpointWriter's, one for all its writes) across as
+many steps as it needs.
 
 Who waits for a write in flight is decided here, by one rule: it is
 waited for (and what is left of it done by the run's thread) by
