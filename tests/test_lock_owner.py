@@ -346,7 +346,7 @@ def test_a_run_whose_lock_was_taken_over_abandons_its_write_in_flight(tmp_path, 
     directory that is another run's now."""
     from nkserde.checkpoint.persist.background_write import BackgroundWrite
 
-    monkeypatch.setattr(BackgroundWrite, "_run", lambda self: None)
+    monkeypatch.setattr(BackgroundWrite, "run_in_background", lambda self: None)
     ckpt = _run_taken_over_after_step_3(tmp_path, monkeypatch, wait_for_the_write=False)
     ckpt.wait()  # (a write left in flight would be written now, as at the interpreter's exit)
     assert ckpt.steps() == []
