@@ -129,8 +129,7 @@ class OnDevice:
     its copy to the host without waiting for it; :meth:`fetch` waits for
     that copy and returns it; from then on only the host copy is held, so
     the device memory goes back as soon as the run no longer uses the
-    array. ``array``: anything ``np.asarray`` copies to the host (a JAX
-    array, one shard's data)."""
+    array. ``array``: a JAX array (a whole one, or one shard's data)."""
 
     __slots__ = ("held",)
 
@@ -138,9 +137,7 @@ class OnDevice:
         self.held = array  # the device's array, then its host copy
 
     def start_copy(self) -> None:
-        start = getattr(self.held, "copy_to_host_async", None)
-        if start is not None:
-            start()
+        self.held.copy_to_host_async()
 
     def fetch(self) -> np.ndarray:
         host = np.asarray(self.held)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from nkserde.checkpoint.persist.background_write import BackgroundWrite, CheckpointWriter
+from nkserde.checkpoint.persist.background_write import BackgroundWrite, CheckpointWriter, WriteThread
 from nkserde.errors import NkserdeError
 
 
@@ -100,9 +100,11 @@ def test_a_lagging_background_write_is_finished_by_the_caller():
                 release.set()  # the caller did the rest: the starved thread may go on (and stop)
             yield
 
-    write = _HeldAfterOneStep(steps(), took_one, release).start()
+    thread = WriteThread("starved")
+    write = _HeldAfterOneStep(steps(), took_one, release).start(thread)
     assert took_one.wait(60)
     write.finish()
+    thread.close()
     assert write.done and write.error is None
     assert (write.steps_in_background, write.steps_in_caller) == (1, 2)
     assert [name == main for _, name in log] == [False, True, True]

@@ -44,9 +44,8 @@ class BackgroundWrite:
     background thread spent in its steps (encoding, checksums, compression:
     what it can take from a run whose steps fill every core)."""
 
-    def __init__(self, steps, name: str = "nkserde-write"):
+    def __init__(self, steps):
         self._steps = steps
-        self.name = name
         self._lock = threading.Lock()
         self._done = threading.Event()
         self.error: Exception | None = None
@@ -58,15 +57,10 @@ class BackgroundWrite:
         self._caller_took_over = False
         self._started = False
 
-    def start(self, thread: WriteThread | None = None) -> BackgroundWrite:
-        """Hands the write to ``thread`` (by default a thread of its own,
-        which ends with the write)."""
+    def start(self, thread: WriteThread) -> BackgroundWrite:
+        """Hands the write to ``thread``, which runs it in the background."""
         self._started = True
-        own = thread is None
-        thread = WriteThread(self.name) if own else thread
         thread.run(self)
-        if own:
-            thread.close()
         return self
 
     @property
@@ -225,7 +219,7 @@ class CheckpointWriter:
         background thread if ``asynchronous``, else here, raising its error."""
         self.wait()
         self.aborted = None
-        write = BackgroundWrite(steps, name="nkserde-checkpoint")
+        write = BackgroundWrite(steps)
         self._write, self._target = write, target
         if asynchronous:
             _PENDING.add(self)
