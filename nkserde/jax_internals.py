@@ -74,6 +74,16 @@ def distributed_client():
     return distributed.global_state.client
 
 
+def coordinator_address() -> str | None:
+    """``host:port`` of JAX's coordination service as this process reaches
+    it, or None before ``jax.distributed.initialize``. Relies on
+    ``jax._src.distributed.global_state.coordinator_address`` (JAX 0.4 to
+    0.10)."""
+    from jax._src import distributed
+
+    return distributed.global_state.coordinator_address
+
+
 def process_id() -> int:
     """This process's index in the multi-process run, 0 before (or
     without) ``jax.distributed.initialize``, read without initializing a

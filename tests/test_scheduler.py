@@ -21,11 +21,11 @@ import builders as B
 import nkserde
 from nkserde.checkpoint.job import control as job_control, slurm
 from nkserde.checkpoint.job.control import WALLTIME, JobControl
+from nkserde.checkpoint.job.requeue import JobRequeue
 from nkserde.checkpoint.process_runs import PROCESS_RUNS
 from nkserde.checkpoint.job.walltime import SLOWDOWN, WalltimeGuard
 from nkserde.checkpoint.step_times import StepTimes
 from nkserde.checkpoint_files.lock import DirectoryLock
-from nkserde.errors import PeerLostError
 
 # ------------------------------------------------------------ SLURM's words
 
@@ -158,7 +158,7 @@ def progressed(monkeypatch):
 
 
 def control(job, requeue="auto"):
-    return JobControl.start(job, StepTimes(), requeue=requeue, walltime="auto", lag_steps=0, label="ckpt", now=0.0)
+    return JobRequeue(job, requeue=requeue, label="ckpt")
 
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
@@ -233,32 +233,6 @@ def test_errors_are_requeued_a_bounded_number_of_times(progressed, caplog):
     assert "not requeued: it failed 3 times (requeue_on_error=2)" in caplog.text
 
 
-@pytest.mark.parametrize(
-    "state, requeued",
-    [
-        (RUNNING, True),
-        (RUNNING.replace("RUNNING", "PENDING"), False),  # SLURM requeued it already (NODE_FAIL)
-        (RUNNING.replace("RUNNING", "COMPLETING"), False),  # SLURM is ending it
-        (RUNNING.replace("Requeue=1", "Requeue=0"), False),  # --no-requeue
-    ],
-)
-def test_a_run_that_lost_a_process_is_requeued_unless_slurm_decided(progressed, state, requeued, caplog):
-    """A node of a multi-node job died in a save: process 0 raised
-    PeerLostError; its job is requeued (SLURM's own requeue may come only
-    after SlurmdTimeout, or never: the batch script ends first), with the
-    error in the message, unless SLURM requeued or ended it already."""
-    job = RecordingJob(state)
-    error = PeerLostError("process 1 did not reach 'writing blocks' within 15 s: it died", missing=[1])
-    with caplog.at_level(logging.INFO, logger="nkserde"):
-        assert control(job).after_lost_peer(error) is requeued
-        assert not control(job, requeue="never").after_lost_peer(error)
-    assert job.requeued == (["4711"] if requeued else [])
-    lost = "process 1 of the run was lost (process 1 did not reach 'writing blocks' within 15 s: it died)"
-    assert lost in caplog.text
-    if requeued:
-        assert "SLURM job 4711 requeued: process 1 of the run was lost" in caplog.text
-
-
 def test_the_jobs_signal_after_a_finished_run_does_not_kill_the_program(caplog):
     previous = signal.signal(signal.SIGUSR1, signal.SIG_DFL)
     try:
@@ -293,7 +267,7 @@ def test_the_jobs_signal_is_ignored_once_the_interpreter_exits():
 
 def test_the_guard_reads_the_time_left_again_before_it_stops(caplog):
     job = RecordingJob(RUNNING, time_left=20.0)
-    ctl = control(job)
+    ctl = JobControl.start(job, StepTimes(), walltime="auto", lag_steps=0, label="ckpt", now=0.0)
     for t in (0.0, 5.0, 10.0):
         ctl.guard.steps.started(t, measured=ctl.step_started(t))
     job.left = 500.0  # an administrator extended the job

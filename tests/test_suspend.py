@@ -59,7 +59,7 @@ class Stops:
 
 
 def test_after_a_stop_the_guard_leaves_out_the_step_and_moves_the_end():
-    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(100.0, StepTimes(), margin=0.0), label="ckpt")
+    ctl = JobControl(None, guard=WalltimeGuard(100.0, StepTimes(), margin=0.0), label="ckpt")
     ctl.stopped_time = stops = Stops()
     started(ctl, 0.0, 10.0, 12.0)
     stops.next = StopsSeen(1, 58.0, False)
@@ -79,7 +79,7 @@ def test_a_stop_whose_sigcont_is_handled_late_is_no_step_and_no_save():
     step and a save, the guard kept 313 s and stopped the job, which was
     requeued): the interval and the save are no measure while the gap
     awaits its SIGCONT; when it comes, the end moves."""
-    ctl = JobControl(None, requeue="never", guard=WalltimeGuard(300.0, StepTimes(), margin=0.0), label="ckpt")
+    ctl = JobControl(None, guard=WalltimeGuard(300.0, StepTimes(), margin=0.0), label="ckpt")
     ctl.stopped_time = stops = Stops()
     started(ctl, 0.0, 10.0, 12.0)
     ctl.saved(1.0)
@@ -138,7 +138,7 @@ def test_a_gap_awaits_its_sigcont_and_is_dropped_without_one():
 
 def test_in_a_slurm_job_the_time_left_is_read_again_after_a_stop():
     job = RecordingJob(RUNNING, time_left=100.0)
-    ctl = JobControl.start(job, StepTimes(), requeue="never", walltime="auto", lag_steps=0, label="ckpt", now=0.0)
+    ctl = JobControl.start(job, StepTimes(), walltime="auto", lag_steps=0, label="ckpt", now=0.0)
     ctl.stopped_time = stops = Stops()
     started(ctl, 0.0)
     started(ctl, 10.0)
@@ -159,7 +159,7 @@ from nkserde.checkpoint.step_times import StepTimes
 now = time.monotonic
 start = now()
 times = StepTimes()
-ctl = JobControl(None, requeue="never", guard=WalltimeGuard(start + 10.0, times, margin=1.0), label="child")
+ctl = JobControl(None, guard=WalltimeGuard(start + 10.0, times, margin=1.0), label="child")
 ctl.stopped_time = StoppedTime(tick=0.2).start()
 steps = 0
 while steps < 30:

@@ -45,9 +45,10 @@ from ..caches import jax_executables as jax_cache
 from .._log import say
 from .._warnings import outside
 from ..checkpoint_files.directory import RunDirectory, unusable
-from ..errors import NkserdeError, PeerLostError, UnsupportedNetKetError
+from ..errors import NkserdeError, UnsupportedNetKetError
 from ..netket import internals, run_loop
 from ..processes.jax_service import multi_process
+from ..processes.lost_processes import lost_process
 from .job import control as job_control, slurm
 from .persist import restore, saving
 from .job.interruptions import Interruptions
@@ -354,8 +355,9 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             warnings.warn(f"nkserde: could not checkpoint after the error: {exc}", stacklevel=outside())
         finally:
             job = self._finish(raise_write_error=False)
-        if isinstance(error, PeerLostError) and jax.process_index() == 0:  # not the run's fault: it goes on
-            self._interruptions.requeue_after_lost_peer(job, error)
+        lost = lost_process(error) if multi_process() else None
+        if lost is not None:  # not the run's fault: it goes on, requeued by whichever process saw it
+            self._interruptions.requeue_after_lost_process(job, lost)
         elif isinstance(error, Exception) and jax.process_index() == 0:
             self._interruptions.requeue_after_error(job, self._files)
 

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 
 import jax
 
@@ -131,6 +132,17 @@ def group(name: str) -> Group:
 
 def stop_flag(name: str) -> StopFlag:
     return StopFlag(store(), f"nkserde/{name}")
+
+
+def reachable_host() -> str:
+    """This host's address as the run's other processes reach it: the one
+    it reaches JAX's coordination service from (the route's own source
+    address, asked of the kernel: no packet is sent)."""
+    host, _, port = (jax_internals.coordinator_address() or "").rpartition(":")
+    family, _, _, _, address = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as route:
+        route.connect(address)
+        return route.getsockname()[0]
 
 
 def coordination_name(purpose: str, path) -> str:

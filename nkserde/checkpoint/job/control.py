@@ -1,18 +1,19 @@
-"""What a checkpointed run does about the job it runs in: stop before the
-job's time is up (:class:`~nkserde.checkpoint.job.walltime.WalltimeGuard`),
-tell why a signal came, and requeue the job when the scheduler interrupted
-it. Knows SLURM (through :mod:`.slurm`) and messages; no NetKet, no files.
+"""What a checkpointed run does about the job it runs in while it runs:
+its options (:class:`JobOptions`), the stop before the job's time is up
+(:class:`~nkserde.checkpoint.job.walltime.WalltimeGuard`, with the stopped
+time of a suspended job left out), and the job's signals once the run is
+done. Knows SLURM (through :mod:`.slurm`) and messages; no NetKet, no
+files. The requeue that follows a stop is :mod:`.requeue`'s.
 
 Process 0 reads the job (two SLURM commands when the run starts, at most
 two more when it stops) and decides; the other processes learn the stop
 through the run's stop flag and never ask SLURM.
 
-    control = JobControl.start(job, steps, requeue="auto", walltime="auto", lag_steps=0, now=now, watch_stops=True)
+    control = JobControl.start(job, steps, walltime="auto", lag_steps=0, label="ckpt", now=now, watch_stops=True)
     steps.started(now, measured=control.step_started(now))  # every step start
     control.due(now)                  # stop now with a checkpoint?
     control.saved(seconds)            # every checkpoint written
     control.close()                   # the run ended: its watch of stops (SIGSTOP/SIGCONT) ends
-    control.after_stop(reason)        # process 0, once the run is checkpointed
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from ..._log import say
 from ..option_checks import bad_option, format_duration, is_number, one_of, whole
-from ..process_runs import PROCESS_RUNS
 from .slurm import Job, SlurmError
 from .stopped_time import StoppedTime
 from .walltime import WalltimeGuard
@@ -80,12 +80,11 @@ def stop_name(reason: int) -> str:
 
 
 class JobControl:
-    """One run's view of its job. ``job`` is None outside SLURM and on
-    processes other than 0 (nothing is read or requeued there)."""
+    """One run's walltime guard and the job it reads. ``job`` is None
+    outside SLURM and on processes other than 0 (nothing is read there)."""
 
-    def __init__(self, job: Job | None, *, requeue: str, guard: WalltimeGuard | None, label: str):
+    def __init__(self, job: Job | None, *, guard: WalltimeGuard | None, label: str):
         self.job = job
-        self.requeue = requeue
         self.guard = guard
         self.label = label
         self._rechecked = False
@@ -100,7 +99,6 @@ class JobControl:
         job: Job | None,
         steps: StepTimes,
         *,
-        requeue: str,
         walltime,
         lag_steps: int,
         label: str,
@@ -127,7 +125,7 @@ class JobControl:
                 )
         elif isinstance(walltime, (int, float)) and not isinstance(walltime, bool):
             guard = WalltimeGuard(now + float(walltime), steps, lag_steps=lag_steps)
-        control = cls(job, requeue=requeue, guard=guard, label=label)
+        control = cls(job, guard=guard, label=label)
         if guard is not None and watch_stops:
             control.stopped_time = StoppedTime().start()
         return control
@@ -210,129 +208,6 @@ class JobControl:
             f"{self.label}: {format_duration(guard.time_left(now))} left before the job's end, a step and a "
             f"checkpoint take up to {format_duration(guard.reserve())}: stopping now"
         )
-        return True
-
-    # -------------------------------------------------------------- requeue
-
-    def after_stop(self, reason: int, signals=()) -> bool:
-        """Process 0, once the stopped run is checkpointed: requeues the job
-        if the scheduler stopped it (the walltime guard; a signal of
-        ``signals`` other than SIGTERM, i.e. the job's ``--signal``;
-        SIGTERM at the job's time limit) and it can go further. Says what
-        it did and why. Returns whether it requeued."""
-        job = self.job
-        if job is None or self.requeue == "never":
-            return False
-        state = self._job_state("not requeued")
-        if state is None:
-            return False
-        why = stop_name(reason)
-        if reason == signal.SIGTERM:
-            if state.at_time_limit:
-                why = "the job's time limit (SIGTERM)"
-            elif state.batch_signal and state.batch_signal in {int(s) for s in signals} - {signal.SIGTERM}:
-                # --signal=B:USR1@N signals the batch shell alone: it died of
-                # it, and SLURM ended the job (SIGTERM to its steps)
-                say(
-                    f"{self.label}: the batch script died of {stop_name(state.batch_signal)} and SLURM ended "
-                    f"the job: --signal=B:{stop_name(state.batch_signal)[3:]}@N signals the batch shell only; "
-                    "write --signal=USR1@N (no B:), or forward it to srun as docs/guides/slurm.md shows",
-                    logging.WARNING,
-                )
-                why = f"{stop_name(state.batch_signal)} (through the batch shell)"
-            else:
-                say(
-                    f"{self.label}: SIGTERM from SLURM (job {job.job_id} {state.state}, reason {state.reason}): "
-                    "cancelled, preempted or requeued by SLURM; nkserde does not requeue it"
-                )
-                return False
-        if not state.requeueable:
-            what = "not a batch job" if not state.batch else "submitted with --no-requeue"
-            say(f"{self.label}: SLURM job {job.job_id} cannot be requeued ({what}): submit it again to resume")
-            return False
-        if not PROCESS_RUNS.progressed:  # its next attempt would make no progress either
-            say(
-                f"{self.label}: not requeued: this job completed no step before {why} (a step and a "
-                "checkpoint take longer than the job has?)",
-                logging.WARNING,
-            )
-            return False
-        return self._requeue(f"requeued: the run was stopped by {why} (restart {state.restarts + 1})")
-
-    def after_error(self, count: int, limit: int, count_it=lambda: None) -> bool:
-        """Process 0, when the run failed: requeues the job while it failed
-        at most ``limit`` times (``count`` of them before this one), calling
-        ``count_it()`` first; says so either way."""
-        job = self.job
-        if job is None or self.requeue == "never" or limit <= 0:
-            return False
-        if count >= limit:
-            say(
-                f"{self.label}: the run failed; not requeued: it failed {count + 1} times (requeue_on_error={limit})",
-                logging.WARNING,
-            )
-            return False
-        state = self._job_state("the run failed; not requeued")
-        if state is None or not state.requeueable:
-            return False
-        count_it()
-        return self._requeue(f"requeued after the run failed ({count + 1} of requeue_on_error={limit})")
-
-    def after_lost_peer(self, error) -> bool:
-        """Process 0, when the run ended because processes of it vanished
-        (``error``, a PeerLostError: their node died, they were killed): the
-        job is requeued, and it resumes from the newest checkpoint once
-        SLURM can run it again (a job of several nodes waits for enough
-        nodes). Not when SLURM requeued or ended it already, or it made no
-        progress. Says what it did and why, with the error."""
-        job = self.job
-        if job is None or self.requeue == "never":
-            return False
-        missing = getattr(error, "missing", [])
-        lost = f"process {', '.join(map(str, missing))} of the run" if missing else "a process of the run"
-        lost = f"{lost} was lost ({' '.join(str(error).split())})"
-        state = self._job_state(f"{lost}; not requeued")
-        if state is None:
-            return False
-        if state.state not in ("RUNNING", "SUSPENDED"):
-            say(f"{self.label}: {lost}; SLURM job {job.job_id} is {state.state} already: not requeued")
-            return False
-        if not state.requeueable:
-            say(f"{self.label}: {lost}; SLURM job {job.job_id} cannot be requeued: submit it again to resume")
-            return False
-        if not PROCESS_RUNS.progressed:
-            say(f"{self.label}: {lost}; not requeued: this job completed no step", logging.WARNING)
-            return False
-        return self._requeue(f"requeued: {lost}; it resumes from the newest checkpoint")
-
-    def _job_state(self, outcome: str):
-        """The job's state as SLURM shows it, or None, having said
-        ``outcome`` and why, when SLURM does not answer."""
-        try:
-            return self.job.show()
-        except SlurmError as exc:
-            say(f"{self.label}: {outcome}: {exc}", logging.WARNING)
-            return None
-
-    def _requeue(self, message: str) -> bool:
-        # SLURM answers a requeue by ending the job: SIGTERM to its every
-        # process, often before `scontrol requeue` has returned, SIGKILL
-        # KillWait later. That SIGTERM is the echo of this request, not
-        # news: the checkpoint is on disk and the program is ending. Python's
-        # default would die of it, and a script's own handler would take it
-        # for a kill from outside: either cuts the exit short (finally
-        # blocks, atexit, JAX's shutdown). Ignored before scontrol starts,
-        # so that scontrol, which inherits it, ignores it too.
-        try:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        except ValueError:  # not the main thread
-            pass
-        try:
-            self.job.requeue()
-        except SlurmError as exc:
-            say(f"{self.label}: requeueing failed: {exc}", logging.WARNING)
-            return False
-        say(f"{self.label}: SLURM job {self.job.job_id} {message}")
         return True
 
 

@@ -3,17 +3,17 @@ signals it catches (SIGTERM, SIGUSR1; Ctrl-C deferred while a step is
 half done or a checkpoint is being written), the walltime guard of the
 job it runs in, the stop flag the processes of a multi-process run share
 so that they all stop at the same step, and the requeue of the job once
-the stopped (or failed) run is checkpointed, or once a process of a
-multi-process run in SLURM has gone silent (its node down or
-unreachable: the others wait in collectives, where only a thread of
-theirs runs). No NetKet.
+the stopped (or failed) run is checkpointed, or once a multi-process run
+in SLURM lost a process (its node down, cut off or rebooted: the others
+wait in collectives, where only a thread of theirs runs). No NetKet.
 
     stops = Interruptions("ckpt", JobOptions(walltime="auto", requeue="auto"))
-    stops.start(run)                     # on_run_start: handlers, the job, the flag
+    stops.start(run)                     # on_run_start: handlers, the job, the flag, the peer watch
     measured = stops.step_started(now)   # every step start: False if the process was stopped since the last
     reason = stops.requested(run, now)   # stop now, with a checkpoint? (every process agrees)
-    job = stops.end()                    # the run's end: handlers put back
-    job.after_stop(reason, signals)      # process 0, once the run is checkpointed
+    requeue = stops.end()                # the run's end: handlers put back
+    requeue.after_stop(reason, signals)  # process 0, once the run is checkpointed
+    stops.requeue_after_lost_process(requeue, lost)  # any process whose run failed of a lost process
 """
 
 from __future__ import annotations
@@ -26,15 +26,20 @@ import jax
 
 from ..._log import say
 from ...checkpoint_files.directory import RunDirectory
-from ...errors import PeerLostError
-from ...processes.jax_service import coordination_name, multi_process, peer_timeout, stop_flag, store
+from ...processes.jax_service import coordination_name, multi_process, reachable_host, stop_flag, store
 from ...processes.peer_watch import PeerWatch
 from . import control
 from .abort_watch import AbortWatch
 from .control import LOCK_LOST, WALLTIME, JobControl, JobOptions
 from ..process_runs import PROCESS_RUNS
+from .requeue import JobRequeue
 from .signals import SignalCatcher
 from .slurm import current_job
+
+# How long a process whose run failed of a lost process waits for the
+# requeue before it exits: alive, its task keeps the job's step (and the
+# requeue process in it) from ending while SLURM cannot be reached
+REQUEUE_WAIT = 600.0
 
 if TYPE_CHECKING:
     from ..run import Run
@@ -48,9 +53,12 @@ class Interruptions:
     def __init__(self, directory, options: JobOptions):
         self.directory = directory
         self.options = options
-        self.job: JobControl | None = None  # the job of the run going on
+        self.job: JobControl | None = None  # the walltime guard of the run going on
+        self.requeue: JobRequeue | None = None  # the requeue of its job
         self._run: Run | None = None
         self._first_step = 0  # the step the run started from
+        # what the requeue after a lost process asks once the run has ended
+        self._signalled = self._checkpointed = False
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
         self._abort_watch: AbortWatch | None = None  # requeues the job if JAX aborts the run (process 0)
         self._peer_watch: PeerWatch | None = None  # requeues the job if a process goes silent (SLURM)
@@ -74,10 +82,10 @@ class Interruptions:
         # (a script may build it before jax.distributed.initialize())
         self.catcher.defer_sigint = not multi_process()
         self.catcher.install()
+        self.requeue = JobRequeue(current_job(), requeue=self.options.requeue, label=str(self.directory))
         self.job = JobControl.start(
             current_job() if jax.process_index() == 0 else None,
             run.steps,
-            requeue=self.options.requeue,
             walltime=self.options.walltime if jax.process_index() == 0 else None,
             lag_steps=2 if multi_process() else 0,  # the stop flag's slack (coordination.StopFlag)
             label=str(self.directory),
@@ -94,10 +102,7 @@ class Interruptions:
         if multi_process():
             self._flag = stop_flag(PROCESS_RUNS.numbered(coordination_name("checkpoint:stop", self.directory)))
             if current_job() is not None and self.options.requeue != "never":
-                name = PROCESS_RUNS.numbered(coordination_name("checkpoint:peers", self.directory))
-                self._peer_watch = PeerWatch(
-                    store(), name, jax.process_index(), jax.process_count(), peer_timeout(), self._silent_peer
-                ).start()
+                self._start_peer_watch()
 
     def step_started(self, now: float) -> bool:
         """A step starts at ``now``: whether the interval that ends here
@@ -135,7 +140,8 @@ class Interruptions:
         ``--signal`` of the job absorbed. Returns the run's job."""
         if self._flag is not None:
             self._flag.close()
-        job, self.job, self._run, self._flag = self.job, None, None, None
+        self._signalled, self._checkpointed = self.catcher.received is not None, self._wrote_checkpoint()
+        job, requeue, self.job, self.requeue, self._run, self._flag = self.job, self.requeue, None, None, None, None
         if self._peer_watch is not None:
             self._peer_watch.close()
             self._peer_watch = None
@@ -147,39 +153,43 @@ class Interruptions:
             job.close()
         if current_job() is not None:  # every process of the job
             control.absorb_late_signals(self.options.signals)
-        return job
+        return requeue
 
-    def _silent_peer(self, peer: int, seconds: float) -> None:
-        """From the peer watch's thread, on any process: process ``peer``
-        has said nothing for ``seconds``, while this one most likely waits
-        for it in a collective it cannot leave. Left alone, the job ends
-        FAILED when the node comes back (srun finds its connection reset
-        and kills every task: SIGKILL, no SIGTERM first), unless SLURM
-        marks the node down before (``SlurmdTimeout``). So the job is
-        requeued now, as after a save's PeerLostError, if this attempt
-        wrote a checkpoint; not after a signal (SLURM or the user is ending
-        the job, and its processes end at different moments)."""
-        if self.catcher.received is not None:
-            return
-        lost = f"process {peer} of the run was lost (not heard from for {seconds:.0f} s)"
-        run = self._run
-        if run is None or run.last_saved is None or run.last_saved <= self._first_step:
-            # a process that dies at the same point of every attempt would
-            # requeue the job forever; each requeue here starts further on
-            say(f"{self.directory}: {lost}; not requeued: this attempt wrote no checkpoint", logging.WARNING)
-            return
-        control = self.job
-        if control is None or control.job is None:  # processes other than 0 keep no job: one is read now
-            control = JobControl(current_job(), requeue=self.options.requeue, guard=None, label=str(self.directory))
-        error = PeerLostError(
-            f"not heard from for {seconds:.0f} s: its node down or unreachable, or the process killed", [peer]
-        )
+    def _start_peer_watch(self) -> None:
+        """Every process of a multi-process run in a SLURM job keeps a watch
+        on one other (:mod:`nkserde.processes.peer_watch`); a lost one has
+        the job requeued."""
+        name = PROCESS_RUNS.numbered(coordination_name("checkpoint:peers", self.directory))
         try:
-            control.after_lost_peer(error)
-        except Exception as exc:  # noqa: BLE001  (a thread's error would go unseen)
-            say(f"{self.directory}: could not requeue after losing a process: {exc}", logging.WARNING)
+            self._peer_watch = PeerWatch(
+                store(), name, jax.process_index(), jax.process_count(), self._lost_peer,
+                host=reachable_host(), say=lambda message: say(f"{self.directory}: {message}", logging.WARNING),
+            ).start()  # fmt: skip
+        except OSError as exc:  # never a failed run for the watch's sake
+            say(f"{self.directory}: no watch of the run's other processes ({exc})", logging.WARNING)
 
-    def requeue_after_error(self, job: JobControl | None, files: RunDirectory) -> None:
+    def _lost_peer(self, peer: int, why: str) -> None:
+        """From the peer watch's thread, on any process: process ``peer`` is
+        lost (``why``), while this one most likely waits for it in a
+        collective it cannot leave. Left alone, the job ends FAILED when the
+        node comes back (srun finds its connection reset and kills every
+        task: SIGKILL, no SIGTERM first), or stays RUNNING with no process
+        once JAX has ended them, unless SLURM marks the node down before
+        (``SlurmdTimeout``). So the job is requeued now, as after a save's
+        PeerLostError; not after a signal (SLURM or the user is ending the
+        job, and its processes end at different moments)."""
+        requeue = self.requeue
+        if self.catcher.received is not None or requeue is None:
+            return
+        requeue.after_lost_process(f"process {peer} of the run was lost ({why})", checkpointed=self._wrote_checkpoint())
+
+    def _wrote_checkpoint(self) -> bool:
+        """Whether the run going on wrote a checkpoint: a requeue after a
+        lost process then starts further on."""
+        run = self._run
+        return run is not None and run.last_saved is not None and run.last_saved > self._first_step
+
+    def requeue_after_error(self, job: JobRequeue | None, files: RunDirectory) -> None:
         """Process 0, once the run that failed is checkpointed: the requeue,
         at most ``requeue_on_error`` times over the run's jobs."""
         limit = self.options.requeue_on_error
@@ -192,12 +202,16 @@ class Interruptions:
         except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)
             say(f"{self.directory}: could not requeue after the error: {exc}", logging.WARNING)
 
-    def requeue_after_lost_peer(self, job: JobControl | None, error) -> None:
-        """Process 0, when the run ended because processes of it vanished
-        (``error``, a PeerLostError): the requeue (JobControl.after_lost_peer)."""
-        if job is None:
+    def requeue_after_lost_process(self, requeue: JobRequeue | None, lost: str) -> None:
+        """Any process, once its run failed because a process of it was lost
+        (``lost``: which, and how it surfaced): the requeue
+        (JobRequeue.after_lost_process), unless a signal came first, and
+        a wait for it, during which this process keeps its task alive."""
+        if requeue is None or self._signalled:
             return
         try:
-            job.after_lost_peer(error)
+            lasting = requeue.after_lost_process(lost, checkpointed=self._checkpointed)
+            if lasting is not None:
+                lasting.wait(REQUEUE_WAIT)
         except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)
             say(f"{self.directory}: could not requeue after losing a process: {exc}", logging.WARNING)
