@@ -165,7 +165,7 @@ class Interruptions:
                 store(), name, jax.process_index(), jax.process_count(), self._lost_peer,
                 host=reachable_host(), say=lambda message: say(f"{self.directory}: {message}", logging.WARNING),
             ).start()  # fmt: skip
-        except OSError as exc:  # never a failed run for the watch's sake
+        except (OSError, ValueError) as exc:  # never a failed run for the watch's sake
             say(f"{self.directory}: no watch of the run's other processes ({exc})", logging.WARNING)
 
     def _lost_peer(self, peer: int, why: str) -> None:
