@@ -10,9 +10,12 @@ phases, since a node that dies takes every case on it: both nodes up
 nodes' local /tmp; a live owner on the other node; two nodes sharing one
 compilation cache), then node1 dies (a ``--requeue`` job mid-run and one
 inside a save; an owner outside SLURM, its pid alive on node2), then
-node2 dies (a two-node job inside a save; a ``--no-requeue`` job,
-submitted again), then node2 drops out of a two-node job mid-run and is
-back before SLURM's ``SlurmdTimeout``. What each case saw goes to
+node2 dies (a ``--no-requeue`` job, submitted again), then, with SLURM's
+default ``SlurmdTimeout`` (300 s) and no nkserde setting, a node of
+two-node jobs drops out and is back before SLURM sees it: node2's power
+out for 30 s (one job mid-run, one inside a save), node2 cut off the
+network for 30 s, node1 (the batch host, process 0, JAX's coordination
+service) cut off for 120 s. What each case saw goes to
 ``ROOT/<case>.json`` (job ids, SLURM's attempts, outputs by node, times)
 and ``ROOT/scenario.log``; the tests read them. The references (the same runs without SLURM) are the
 session's, shared with tests/test_slurm.py (cluster.shared_reference).
@@ -43,14 +46,13 @@ JOB_SH = HERE.parent / "examples" / "slurm" / "job.sh"
 # the runs: 50 steps of 1 or 2 processes (tests/test_slurm.py's: one reference for both)
 ONE, TWO = {"N_ITER": "50", "STEP_SECONDS": "1"}, {"N_ITER": "50", "STEP_SECONDS": "1"}
 STALE_AFTER = "20"  # NKSERDE_LOCK_STALE_AFTER of the runs outside SLURM (renewed every 2 s)
-PEER_TIMEOUT = "15"  # NKSERDE_PEER_TIMEOUT of the two-node job that loses a node
 KILL_AT_STEP = 12  # the runs killed mid-run: after step 12 or later (the newest checkpoint: step 10's or later)
 PAUSE_AT = "10"  # the runs killed inside a save: of step 10 (the newest good checkpoint is step 5's)
-# the two-node job whose node drops out briefly: its NKSERDE_PEER_TIMEOUT,
-# and SLURM's SlurmdTimeout meanwhile (the cluster's 10 s would see a node
-# failure; most clusters' is 300 s)
-DROP_PEER_TIMEOUT = "10"
-DROP_SLURMD_TIMEOUT = 120
+# SLURM's own SlurmdTimeout, most clusters' too, while nodes drop out (the
+# cluster's 10 s, which the phases before need, would see node failures)
+SLURMD_TIMEOUT = 300
+# the outages: case, node, how (its power or its network), seconds
+OUTAGES = (("power-30", "node2", "power", 30), ("cut2-30", "node2", "cut", 30), ("cut1-120", "node1", "cut", 120))
 
 
 class Scenario:
@@ -125,13 +127,14 @@ class Scenario:
             return
         references = threading.Thread(target=self._references, name="references")
         references.start()
-        for phase in (self.both_nodes_up, self.node1_dies, self.node2_dies, self.node2_drops):
+        for phase in (self.both_nodes_up, self.node1_dies, self.node2_dies, self.nodes_drop_out):
             try:
                 phase()
             except Exception:
                 self.log(f"{phase.__name__} failed:\n{traceback.format_exc()}")
             finally:
                 for node in tn.NODES:
+                    tn.heal(node)
                     if (
                         tn.node_state(node).rstrip("*") in ("down", "idle", "mix", "alloc", "comp")
                         and not (tn.STATE / node / "init.pid").exists()
@@ -250,62 +253,54 @@ class Scenario:
                             temps=self._temps(self.work / case))  # fmt: skip
 
     def node2_dies(self) -> None:
-        """node2 dies while a two-node job is inside a save (the survivor
-        ends, the job waits for both nodes) and with a --no-requeue job,
-        which is submitted again and lands on node1."""
+        """node2 dies with a --no-requeue job, which is submitted again and
+        lands on node1."""
         idle = lambda: tn.node_state("node1") in ("idle", "mix")  # noqa: E731
         tn.wait_for("node1 idle", idle, 120, seen=lambda: tn.node_seen("node1"))
-        two = self.submit(
-            "two-node-save",
-            ["-N2", "--ntasks-per-node=1"],
-            {**TWO, "PAUSE_IN_SAVE": PAUSE_AT, "PAUSE_RANK": "1", "NKSERDE_PEER_TIMEOUT": PEER_TIMEOUT},
-        )
         once = self.submit("no-requeue", ["-w", "node2", "-N1", "-n1", "--no-requeue"], ONE)  # fmt: skip
-        in_save = lambda: "in-save" in self.job_output("two-node-save", two).get("node1", "")  # noqa: E731
-        tn.wait_for("two-node-save: in the save", in_save, 300)
         tn.wait_for("no-requeue: step 12", lambda: self._reached("no-requeue", once, "node2"), 300)
         killed = tn.kill("node2")
         self.log("node2 killed")
         again = self.submit("no-requeue", ["-N1", "-n1", f"--dependency=afterany:{once}"], ONE,
                             workdir=self.work / "no-requeue")  # fmt: skip
         down = tn.wait_down("node2", killed)
-        tn.wait_for("two-node-save requeued", lambda: tn.state(two) == "PENDING", 300, every=1.0)
-        exited = tn.attempts(two)[0]["end"]  # the survivor's attempt ended: requeued
-        time.sleep(5.0)  # waiting for both nodes, as a job does while its node is repaired
         tn.power_on("node2")
-        powered = time.time()
         self.log("node2 powered on")
         self.wait_final(again)
         self.job_record("no-requeue", again, first=once, first_attempts=tn.attempts(once),
                         first_output=self.job_output("no-requeue", once), killed=killed, down=down)  # fmt: skip
-        self.wait_final(two)
-        self.job_record("two-node-save", two, killed=killed, exited=exited, down=down, powered=powered,
-                        temps=self._temps(self.work / "two-node-save"))  # fmt: skip
 
-    def node2_drops(self) -> None:
-        """node2 loses power mid-run and is back before SLURM's
-        SlurmdTimeout (raised for it): SLURM sees no node failure, and srun
-        would end the step (the job FAILED) when node2 answered again.
-        Process 0, waiting in NetKet's collectives, hears nothing from
-        process 1 and requeues the job; node2 is powered on once the job
-        is no longer running (at most a minute: without the requeue, the
-        job ends as srun ends it)."""
-        both = lambda: all(tn.node_state(n) in ("idle", "mix") for n in tn.NODES)  # noqa: E731
-        tn.wait_for("both nodes idle", both, 180, seen=lambda: tn.node_seen("node2"))
-        with self.slurmd_timeout(DROP_SLURMD_TIMEOUT):
-            job = self.submit("node-drop", ["-N2", "--ntasks-per-node=1"],
-                              {**TWO, "NKSERDE_PEER_TIMEOUT": DROP_PEER_TIMEOUT})  # fmt: skip
-            tn.wait_for("node-drop: step 12", lambda: self._reached("node-drop", job, "node1"), 300)
-            killed = tn.kill("node2")
-            self.log("node2 killed")
-            with contextlib.suppress(RuntimeError):
-                tn.wait_for("node-drop no longer running", lambda: tn.state(job) != "RUNNING", 60, every=1.0)
-            tn.power_on("node2")
-            powered = time.time()
-            self.log("node2 powered on")
-            self.wait_final(job)
-            down = tn.down_since("node2", killed)
-        self.job_record("node-drop", job, killed=killed, powered=powered, down=down)
+    def nodes_drop_out(self) -> None:
+        """With SLURM's default SlurmdTimeout and no nkserde setting, a node
+        of two-node jobs drops out after step 12 and is back before SLURM
+        marks it down (OUTAGES): SLURM sees no node failure, and srun would
+        end the job FAILED when the node answered again, or wait for ever
+        for a task's exit lost in a partition. The processes' watches hear
+        the loss and requeue the job. node2's power cut also strikes a job
+        inside a save of process 1 (its temporary file never fsynced)."""
+        with self.slurmd_timeout(SLURMD_TIMEOUT):
+            for case, node, how, seconds in OUTAGES:
+                both = lambda: all(tn.node_state(n) in ("idle", "mix") for n in tn.NODES)  # noqa: E731
+                tn.wait_for("both nodes idle", both, 300, seen=lambda: tn.node_seen("node2"))
+                jobs = {case: self.submit(case, ["-N2", "--ntasks-per-node=1"], TWO)}
+                if case == "power-30":
+                    save = {**TWO, "PAUSE_IN_SAVE": PAUSE_AT, "PAUSE_RANK": "1"}
+                    jobs["two-node-save"] = self.submit("two-node-save", ["-N2", "--ntasks-per-node=1"], save)
+                    tn.wait_for("two-node-save: in the save", lambda: self._in_save("two-node-save", jobs), 300)
+                tn.wait_for(f"{case}: step 12", lambda: self._reached(case, jobs[case], "node1"), 300)
+                struck = tn.kill(node) if how == "power" else tn.cut(node)
+                self.log(f"{node}: {how} out for {seconds} s")
+                time.sleep(max(0.0, struck + seconds - time.time()))
+                if how == "power":
+                    tn.power_on(node)
+                else:
+                    tn.heal(node)
+                back = time.time()
+                self.log(f"{node}: {how} back")
+                for name, job in jobs.items():
+                    self.wait_final(job)
+                    self.job_record(name, job, struck=struck, back=back, node=node, how=how,
+                                    down=tn.down_since(node, struck), temps=self._temps(self.work / name))  # fmt: skip
 
     @contextlib.contextmanager
     def slurmd_timeout(self, seconds: int):
@@ -348,6 +343,9 @@ class Scenario:
     def _out(self, node: str, name: str) -> str:
         path = tn.local(node, self.output / f"{name}.out")
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def _in_save(self, case: str, jobs: dict) -> bool:
+        return "in-save" in self.job_output(case, jobs[case]).get("node1", "")
 
     def _reached(self, case: str, job: str | None, node: str) -> bool:
         text = self.job_output(case, job).get(node, "") if job else self._out(node, case)

@@ -155,6 +155,19 @@ def kill(node: str) -> float:
     return time.time()
 
 
+def cut(node: str) -> float:
+    """``node`` cut off the network (its link dark, its processes alive, no
+    FIN or RST); the time."""
+    subprocess.run([str(TOOLS / "node-cut.sh"), node], check=True, capture_output=True, timeout=60)
+    return time.time()
+
+
+def heal(node: str) -> None:
+    """``node``'s network back if it was cut (nothing if it was not, or the
+    node is powered off)."""
+    subprocess.run([str(TOOLS / "node-heal.sh"), node], capture_output=True, timeout=60)
+
+
 def power_on(node: str, timeout: float = 180) -> None:
     """``node`` powered on, its slurmd started. node-up.sh waits 20 s for
     slurmd, which starts once the node's LazyFS has filled its 512 MB
