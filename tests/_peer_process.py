@@ -26,8 +26,8 @@ from file_store import FileStore
 from nkserde.processes.peer_watch import PeerWatch
 
 directory, host, lost_after, behaviour, seconds = sys.argv[1:6]
-watch = PeerWatch(FileStore(Path(directory)), "peers", 1, 2, lambda peer, why: print("lost", peer, why, flush=True),
-                  host=host, lost_after=float(lost_after)).start()  # fmt: skip
+said = lambda peer, why, host: print("lost", peer, why, flush=True)  # noqa: E731
+watch = PeerWatch(FileStore(Path(directory)), "peers", 1, 2, said, host=host, lost_after=float(lost_after)).start()
 watch.connected.wait(60)
 print("connected", flush=True)
 if behaviour == "hold":

@@ -43,9 +43,10 @@ LOST_AFTER_HERE = 2.0  # the tests' watches: a host silent 2 s is lost
 WAIT = 60.0  # seconds any event of these tests may take on a loaded machine, at most
 # a killed process's connection ends (its kernel closes it) or is reset (a
 # connection it had not accepted yet, or had unread bytes on)
+# (a process, not its host: the same script may do it again at the same point)
 KILLED = {
-    (1, "its process ended without a word: killed, or out of memory"),
-    (1, "its connection was reset: its node restarted, or the process was killed"),
+    (1, "its process ended without a word: killed, or out of memory", False),
+    (1, "its connection was reset: its node restarted, or the process was killed", False),
 }
 
 
@@ -70,7 +71,7 @@ class Watches:
         assert all(w.connected.wait(WAIT) for w in self.watches)
 
     def _on_lost(self, i):
-        return lambda peer, why: (self.lost[i].append((peer, why)), self.heard.set())
+        return lambda peer, why, host: (self.lost[i].append((peer, why, host)), self.heard.set())
 
     def kill(self, index: int) -> None:
         """What a killed process does to its watch: its sockets closed by the kernel, without a word."""
@@ -125,7 +126,7 @@ class Peer:
         spawn = other.popen if other else subprocess.Popen
         self.process = spawn(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lost, self.heard = [], threading.Event()
-        on_lost = lambda peer, why: (self.lost.append((peer, why)), self.heard.set())  # noqa: E731
+        on_lost = lambda peer, why, host: (self.lost.append((peer, why, host)), self.heard.set())  # noqa: E731
         self.watch = PeerWatch(store, "peers", 0, 2, on_lost, host=host, lost_after=LOST_AFTER_HERE).start()
         assert self.watch.connected.wait(WAIT) and self.process.stdout.readline().strip() == "connected"
 
@@ -181,7 +182,7 @@ def test_a_process_whose_host_stops_answering_is_lost(tmp_path):
         other.cut()
         assert peer.heard.wait(WAIT)
         peer.said(kill=True)
-    assert peer.lost == [(1, "its host did not answer for 2 s: its node down or cut off the network")]
+    assert peer.lost == [(1, "its host did not answer for 2 s: its node down or cut off the network", True)]
 
 
 def test_the_coordinator_serves_two_requests_per_process_and_run_at_1024_processes():
@@ -215,18 +216,22 @@ class RecordingRequeue(JobRequeue):
         super().__init__(Job("4711"), requeue="auto", label="ckpt")
         self.lost_calls = []
 
-    def after_lost_process(self, lost, *, checkpointed):
-        self.lost_calls.append((lost, checkpointed))
+    def after_lost_process(self, lost, *, refused=None):
+        self.lost_calls.append((lost, refused))
 
 
-def lost_peer_of_a_run(*, started: int, saved: int) -> Interruptions:
-    """The Interruptions of a run started at step ``started``, its newest
-    checkpoint of step ``saved``."""
+def lost_peer_of_a_run(*, started: int, completed: int, saved: int | None) -> Interruptions:
+    """The Interruptions of a run started at step ``started``, at step
+    ``completed`` now, its newest checkpoint of step ``saved``."""
     stops = Interruptions("ckpt", JobOptions())
     stops.requeue = RecordingRequeue()
     stops._run = Run((), (), None)
-    stops._first_step, stops._run.last_saved = started, saved
+    stops._first_step, stops._run.completed, stops._run.last_saved = started, completed, saved
     return stops
+
+
+HOST = "its host did not answer for 15 s: its node down or cut off the network"
+PROCESS = "its process ended without a word: killed, or out of memory"
 
 
 @pytest.mark.parametrize("received", [None, signal.SIGTERM, signal.SIGUSR1])
@@ -234,25 +239,39 @@ def test_a_lost_peer_has_the_job_requeued_unless_a_signal_came_first(received):
     """After a signal (scancel, the time limit, the job's --signal), SLURM
     or the user is ending the job, and its processes end at different
     moments: a loss then is theirs, not a node's."""
-    stops = lost_peer_of_a_run(started=20, saved=25)
+    stops = lost_peer_of_a_run(started=20, completed=27, saved=25)
     stops.catcher.received = received
-    stops._lost_peer(1, "its host did not answer for 10 s: its node down or cut off the network")
-    lost = "process 1 of the run was lost (its host did not answer for 10 s: its node down or cut off the network)"
-    assert stops.requeue.lost_calls == ([] if received else [(lost, True)])
+    stops._lost_peer(1, HOST, True)
+    assert stops.requeue.lost_calls == ([] if received else [(f"process 1 of the run was lost ({HOST})", None)])
 
 
-def test_a_lost_peer_has_the_job_requeued_only_if_the_attempt_wrote_a_checkpoint(caplog, monkeypatch):
+@pytest.mark.parametrize(
+    "why, host, completed, saved, refused",
+    [
+        (PROCESS, False, 27, 25, None),  # a checkpoint of this attempt: it goes further whatever was lost
+        (PROCESS, False, 27, 20, "this attempt wrote no checkpoint"),  # a kill may strike at the same point again
+        (PROCESS, False, 27, None, "this attempt wrote no checkpoint"),
+        (HOST, True, 27, 20, None),  # a node lost: nothing the script does brings that back
+        (HOST, True, 20, 20, "this attempt completed no step"),
+    ],
+)  # fmt: skip
+def test_a_lost_peer_has_the_job_requeued_only_if_the_attempt_goes_further(why, host, completed, saved, refused):
     """A process that dies at the same point of every attempt would have
-    the job requeued forever: each requeue must start further on."""
+    the job requeued for ever: each requeue must start further on. A
+    killed process (out of memory?) needs a checkpoint of this attempt; a
+    host that stopped answering, a completed step."""
+    stops = lost_peer_of_a_run(started=20, completed=completed, saved=saved)
+    stops._lost_peer(1, why, host)
+    assert stops.requeue.lost_calls == [(f"process 1 of the run was lost ({why})", refused)]
+
+
+def test_a_refused_requeue_is_said_and_none_started(caplog, monkeypatch):
     started = []
     monkeypatch.setattr("nkserde.checkpoint.job.requeue.LastingRequeue.start", lambda *a, **k: started.append(a))
-    stops = lost_peer_of_a_run(started=20, saved=20)
-    stops.requeue = JobRequeue(Job("4711"), requeue="auto", label="ckpt")
+    requeue = JobRequeue(Job("4711"), requeue="auto", label="ckpt")
     with caplog.at_level(logging.INFO, logger="nkserde"):
-        stops._lost_peer(1, "its process ended without a word: killed, or out of memory")
-    assert started == []
-    assert "process 1 of the run was lost (its process ended without a word: killed, or out of memory); " \
-           "not requeued: this attempt wrote no checkpoint" in caplog.text  # fmt: skip
+        assert requeue.after_lost_process(f"process 1 of the run was lost ({PROCESS})", refused="no") is None
+    assert started == [] and f"ckpt: process 1 of the run was lost ({PROCESS}); not requeued: no" in caplog.text
 
 
 def test_a_lost_process_is_requeued_once_per_run_whoever_hears_it(monkeypatch):
@@ -260,10 +279,10 @@ def test_a_lost_process_is_requeued_once_per_run_whoever_hears_it(monkeypatch):
     started = []
     monkeypatch.setattr("nkserde.checkpoint.job.requeue.LastingRequeue.start", lambda *a, **k: started.append(a) or a)
     requeue = JobRequeue(Job("4711"), requeue="auto", label="ckpt")
-    first = requeue.after_lost_process("process 1 of the run was lost (...)", checkpointed=True)
-    assert requeue.after_lost_process("a process of the run was lost (...)", checkpointed=True) is first
+    first = requeue.after_lost_process("process 1 of the run was lost (...)")
+    assert requeue.after_lost_process("a process of the run was lost (...)") is first
     assert len(started) == 1
-    assert JobRequeue(Job("4711"), requeue="never", label="ckpt").after_lost_process("...", checkpointed=True) is None
+    assert JobRequeue(Job("4711"), requeue="never", label="ckpt").after_lost_process("...") is None
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ the run's thread runs no Python. A thread of each process waits on the
 connection instead:
 
     watch = PeerWatch(store, "checkpoint:peers:1a2b", index, count, on_lost).start()
-    ...                 # the run; on_lost(peer, why) may be called once, from the watch's thread
+    ...                 # the run; on_lost(peer, why, host) may be called once, from the watch's thread
     watch.close()       # the run ended through Python: its listener is told, and stops listening
 
 Process ``i`` connects to process ``(i + 1) % count`` (its neighbour) and
@@ -67,7 +67,9 @@ def keepalive(lost_after: float) -> tuple[int, int, int]:
 
 class PeerWatch:
     """One process's watch of its neighbour (see the module's docstring).
-    ``on_lost(peer, why)``: ``why`` says in a few words how it was lost."""
+    ``on_lost(peer, why, host)``: ``why`` says in a few words how it was
+    lost; ``host``: its host stopped answering (nothing the script does
+    makes that happen again), else its process ended."""
 
     def __init__(
         self,
@@ -75,7 +77,7 @@ class PeerWatch:
         name: str,
         index: int,
         count: int,
-        on_lost: Callable[[int, str], None],
+        on_lost: Callable[[int, str, bool], None],
         *,
         host: str,
         lost_after: float = LOST_AFTER,
@@ -197,7 +199,7 @@ class PeerWatch:
             except BlockingIOError:
                 continue
             except OSError as exc:
-                why = lost_because(exc, self.lost_after)
+                why, host = lost_because(exc, self.lost_after), exc.errno in HOST_SILENT
             else:
                 said = (said + data)[-len(END) :]
                 if said == END:  # its run ended through Python: nothing to judge
@@ -205,10 +207,10 @@ class PeerWatch:
                     return
                 if data:
                     continue
-                why = "its process ended without a word: killed, or out of memory"
+                why, host = "its process ended without a word: killed, or out of memory", False
             self.listening = False
             if not self._closed.is_set():
-                self.on_lost(self.peer, why)
+                self.on_lost(self.peer, why, host)
             return
 
     def _accept_waiting(self) -> None:
@@ -253,10 +255,14 @@ class PeerWatch:
         self._wake_write.close()
 
 
+# the errors of a connection whose peer's host stopped answering
+HOST_SILENT = (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
 def lost_because(error: OSError, lost_after: float) -> str:
     """How a neighbour whose connection failed with ``error`` was lost, in
     a user's words."""
-    if error.errno in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH):
+    if error.errno in HOST_SILENT:
         return f"its host did not answer for {lost_after:.0f} s: its node down or cut off the network"
     if error.errno == errno.ECONNRESET:
         return "its connection was reset: its node restarted, or the process was killed"

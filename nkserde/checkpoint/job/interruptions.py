@@ -58,7 +58,7 @@ class Interruptions:
         self._run: Run | None = None
         self._first_step = 0  # the step the run started from
         # what the requeue after a lost process asks once the run has ended
-        self._signalled = self._checkpointed = False
+        self._signalled, self._refused = False, None
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
         self._abort_watch: AbortWatch | None = None  # requeues the job if JAX aborts the run (process 0)
         self._peer_watch: PeerWatch | None = None  # requeues the job if a process goes silent (SLURM)
@@ -140,7 +140,7 @@ class Interruptions:
         ``--signal`` of the job absorbed. Returns the run's job."""
         if self._flag is not None:
             self._flag.close()
-        self._signalled, self._checkpointed = self.catcher.received is not None, self._wrote_checkpoint()
+        self._signalled, self._refused = self.catcher.received is not None, self._refused_requeue(host=False)
         job, requeue, self.job, self.requeue, self._run, self._flag = self.job, self.requeue, None, None, None, None
         if self._peer_watch is not None:
             self._peer_watch.close()
@@ -168,26 +168,36 @@ class Interruptions:
         except (OSError, ValueError) as exc:  # never a failed run for the watch's sake
             say(f"{self.directory}: no watch of the run's other processes ({exc})", logging.WARNING)
 
-    def _lost_peer(self, peer: int, why: str) -> None:
+    def _lost_peer(self, peer: int, why: str, host: bool) -> None:
         """From the peer watch's thread, on any process: process ``peer`` is
-        lost (``why``), while this one most likely waits for it in a
-        collective it cannot leave. Left alone, the job ends FAILED when the
-        node comes back (srun finds its connection reset and kills every
-        task: SIGKILL, no SIGTERM first), or stays RUNNING with no process
-        once JAX has ended them, unless SLURM marks the node down before
-        (``SlurmdTimeout``). So the job is requeued now, as after a save's
-        PeerLostError; not after a signal (SLURM or the user is ending the
-        job, and its processes end at different moments)."""
+        lost (``why``; ``host``: its host stopped answering), while this
+        one most likely waits for it in a collective it cannot leave. Left
+        alone, the job ends FAILED when the node comes back (srun finds its
+        connection reset and kills every task: SIGKILL, no SIGTERM first),
+        or stays RUNNING with no process once JAX has ended them, unless
+        SLURM marks the node down before (``SlurmdTimeout``). So the job is
+        requeued now, as after a save's PeerLostError; not after a signal
+        (SLURM or the user is ending the job, and its processes end at
+        different moments)."""
         requeue = self.requeue
         if self.catcher.received is not None or requeue is None:
             return
-        requeue.after_lost_process(f"process {peer} of the run was lost ({why})", checkpointed=self._wrote_checkpoint())
+        requeue.after_lost_process(f"process {peer} of the run was lost ({why})", refused=self._refused_requeue(host))
 
-    def _wrote_checkpoint(self) -> bool:
-        """Whether the run going on wrote a checkpoint: a requeue after a
-        lost process then starts further on."""
+    def _refused_requeue(self, host: bool) -> str | None:
+        """Why a requeue after a lost process must not be, or None. It must
+        start further on than this attempt did, or the same loss at the
+        same point would requeue the job for ever: a checkpoint written by
+        this attempt; a node whose host stopped answering (no script makes
+        that happen again) needs only a step completed."""
         run = self._run
-        return run is not None and run.last_saved is not None and run.last_saved > self._first_step
+        if run is None:
+            return "the run had not started"
+        if run.last_saved is not None and run.last_saved > self._first_step:
+            return None
+        if host and run.completed > self._first_step:
+            return None
+        return "this attempt completed no step" if host else "this attempt wrote no checkpoint"
 
     def requeue_after_error(self, job: JobRequeue | None, files: RunDirectory) -> None:
         """Process 0, once the run that failed is checkpointed: the requeue,
@@ -210,7 +220,7 @@ class Interruptions:
         if requeue is None or self._signalled:
             return
         try:
-            lasting = requeue.after_lost_process(lost, checkpointed=self._checkpointed)
+            lasting = requeue.after_lost_process(lost, refused=self._refused)
             if lasting is not None:
                 lasting.wait(REQUEUE_WAIT)
         except Exception as exc:  # noqa: BLE001  (whatever the requeue raises, the run's own error must surface)

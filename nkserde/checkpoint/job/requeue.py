@@ -104,23 +104,22 @@ class JobRequeue:
         count_it()
         return self._requeue(f"requeued after the run failed ({count + 1} of requeue_on_error={limit})")
 
-    def after_lost_process(self, lost: str, *, checkpointed: bool) -> LastingRequeue | None:
+    def after_lost_process(self, lost: str, *, refused: str | None = None) -> LastingRequeue | None:
         """Any process, when the run lost a process (``lost``: which and
         how, in a user's words), heard by the watch or by a collective that
         failed: the job is requeued and resumes from the newest checkpoint
         once SLURM can run it again (a job of several nodes waits for
         enough nodes), by a requeue process that outlives this one
-        (:mod:`.lasting_requeue`), started once per run. Not if this attempt
-        wrote no checkpoint (``checkpointed``): a process that dies at the
-        same point of every attempt would requeue the job forever. Returns
+        (:mod:`.lasting_requeue`), started once per run. Not if
+        ``refused`` says why it must not be (said with ``lost``). Returns
         the requeue process, or None."""
         if self.job is None or self.requeue == "never":
             return None
         with self._lost_lock:
             if self._lost is not None:
                 return self._lost
-            if not checkpointed:
-                say(f"{self.label}: {lost}; not requeued: this attempt wrote no checkpoint", logging.WARNING)
+            if refused is not None:
+                say(f"{self.label}: {lost}; not requeued: {refused}", logging.WARNING)
                 return None
             try:
                 self._lost = LastingRequeue.start(self.job.job_id, self.label, lost)
