@@ -36,17 +36,16 @@ import nkserde
 N = 16
 
 
-def build():
+def build(activation=None, learning_rate=1e-2):
+    """The run's driver (a fingerprint test's: with another activation or
+    learning rate)."""
     hilbert = nk.hilbert.Spin(0.5, N=N)
     hamiltonian = nk.operator.IsingJax(hilbert, nk.graph.Chain(N), h=1.0)
-    vs = nk.vqs.MCState(
-        nk.sampler.MetropolisLocal(hilbert, n_chains=16),
-        nk.models.RBM(alpha=2, param_dtype=jnp.float32),
-        n_samples=512,
-        seed=0,
-        sampler_seed=1,
+    model = nk.models.RBM(
+        alpha=2, param_dtype=jnp.float32, **({} if activation is None else {"activation": activation})
     )
-    return nk.driver.VMC(hamiltonian, optax.adam(1e-2), variational_state=vs)
+    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=16), model, n_samples=512, seed=0, sampler_seed=1)
+    return nk.driver.VMC(hamiltonian, optax.adam(learning_rate), variational_state=vs)
 
 
 def flat_parameters(driver) -> dict:
