@@ -2,7 +2,7 @@
 device JAX picks (the chip, for tests/accelerator_suite.py; the CPU under
 ``JAX_PLATFORMS=cpu``).
 
-    python accelerator_run.py WORKDIR --steps N [--every E] [--kill-after K] [--load-only]
+    python accelerator_run.py WORKDIR --steps N [--every E] [--kill-after K] [--load-only] [--fingerprint]
 
 The run: 16 spins, ``nk.operator.IsingJax``, an RBM of float32 parameters
 (NetKet's float64 ``log_cosh`` does not run on a TPU), Metropolis, Adam,
@@ -11,7 +11,8 @@ The run: 16 spins, ``nk.operator.IsingJax``, an RBM of float32 parameters
 hook. At the end, WORKDIR/result.npz holds the final parameters and the
 logged energies. ``--load-only``: instead of a run, the newest checkpoint
 of WORKDIR/ckpt loaded into a driver built here, its parameters to
-WORKDIR/loaded.npz.
+WORKDIR/loaded.npz. ``--fingerprint``: instead of a run, the run's
+fingerprint (what a Checkpoint compares) to WORKDIR/fingerprint.json.
 
 It prints, flushed: ``platform <name>``, the nkserde lines (resumed, ...),
 ``step <k>`` after every step, ``finished step_count=<n>``."""
@@ -32,21 +33,21 @@ import numpy as np
 import optax
 
 import nkserde
+from nkserde.checkpoint.fingerprint import fingerprint
 
 N = 16
 
 
-def build():
+def build(activation=None, learning_rate=1e-2):
+    """The run's driver (a fingerprint test's: with another activation or
+    learning rate)."""
     hilbert = nk.hilbert.Spin(0.5, N=N)
     hamiltonian = nk.operator.IsingJax(hilbert, nk.graph.Chain(N), h=1.0)
-    vs = nk.vqs.MCState(
-        nk.sampler.MetropolisLocal(hilbert, n_chains=16),
-        nk.models.RBM(alpha=2, param_dtype=jnp.float32),
-        n_samples=512,
-        seed=0,
-        sampler_seed=1,
+    model = nk.models.RBM(
+        alpha=2, param_dtype=jnp.float32, **({} if activation is None else {"activation": activation})
     )
-    return nk.driver.VMC(hamiltonian, optax.adam(1e-2), variational_state=vs)
+    vs = nk.vqs.MCState(nk.sampler.MetropolisLocal(hilbert, n_chains=16), model, n_samples=512, seed=0, sampler_seed=1)
+    return nk.driver.VMC(hamiltonian, optax.adam(learning_rate), variational_state=vs)
 
 
 def flat_parameters(driver) -> dict:
@@ -76,8 +77,13 @@ def main():
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--kill-after", type=int, default=None)
     parser.add_argument("--load-only", action="store_true")
+    parser.add_argument("--fingerprint", action="store_true")
     args = parser.parse_args()
     print(f"platform {jax.default_backend()}", flush=True)
+    if args.fingerprint:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        (args.workdir / "fingerprint.json").write_text(json.dumps(fingerprint(build()), indent=1, sort_keys=True))
+        return 0
     if args.load_only:
         loaded = nkserde.load(build(), args.workdir / "ckpt")
         np.savez(args.workdir / "loaded.npz", step_count=loaded.step_count, **flat_parameters(loaded))

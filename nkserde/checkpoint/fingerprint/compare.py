@@ -68,7 +68,13 @@ def differences(old: dict, new: dict) -> list[Difference]:
     model or sampler shows there. Readable entries explain the change of
     the entry they belong to; they decide only for an object whose decisive
     entry ``old`` lacks (a version 2 fingerprint's optimizer). A change
-    inside an object that changed kind is not listed (the kind says it)."""
+    inside an object that changed kind is not listed (the kind says it).
+
+    Fingerprints whose probes computed on two platforms (:data:`PROBES_ON`)
+    compare no probe: what both say of a probed object in words decides
+    (its kind, the values it closes over, an optimizer's hyperparameters),
+    also where one platform could not compute the probe at all (a TPU's
+    float64) and named the function instead of hashing its values."""
     if not comparable(old) or not comparable(new):
         return []
     old = upgrade(old, new)
@@ -76,15 +82,22 @@ def differences(old: dict, new: dict) -> list[Difference]:
     changed = [k for k in sorted(set(old_decisive) & set(new_decisive)) if old_decisive[k] != new_decisive[k]]
     # an object version 2 described otherwise: its readable entries decide
     readable_only = sorted(k for k in new_decisive if k not in old_decisive and readable(old, k) and readable(new, k))
+    probed_on_one_side: list[str] = []
     if old.get(PROBES_ON, "cpu") != new.get(PROBES_ON, "cpu"):
         # hashes of numbers two platforms' arithmetic computed: their readable entries decide
         hashes = [k for k in changed if is_hash(old_decisive[k]) and is_hash(new_decisive[k])]
-        changed = [k for k in changed if k not in hashes]
+        # a function or optimizer one platform could not probe (a TPU's float64): its name
+        # and what it closes over there, against what the other says of it in words
+        probed_on_one_side = [k for k in changed if is_hash(old_decisive[k]) != is_hash(new_decisive[k])]
+        changed = [k for k in changed if k not in hashes and k not in probed_on_one_side]
         readable_only = sorted(readable_only + [k for k in hashes if readable(old, k) and readable(new, k)])
     found: list[Difference] = []
-    for key in sorted(changed + readable_only):
+    for key in sorted(changed + readable_only + probed_on_one_side):
         if any(key.startswith(f"{other}.") for other in changed if other != key):
             continue  # inside an object that changed (another kind)
+        if key in probed_on_one_side:
+            found += _worded_differences(new, key, _said(old, key), _said(new, key), common_only=True)
+            continue
         if key in readable_only:
             found += _readable_differences(old, new, key, common_only=True)
             continue
@@ -94,9 +107,8 @@ def differences(old: dict, new: dict) -> list[Difference]:
             found += explained
         else:
             old_text, new_text = old_decisive[key], new_decisive[key]
-            if is_hash(old_text) != is_hash(new_text):  # a function probed on one side: its kind
-                a, b = _kind_or_text(old, key), _kind_or_text(new, key)
-                line = f"{_object_prefix(new, key)} {a} -> {b}"
+            if is_hash(old_text) != is_hash(new_text):  # probed on one side, on the same platform
+                line = _probed_on_one_side_line(old, new, key)
             else:
                 what = _what_a_hash_stands_for(old, new, key) if is_hash(new_text) else ""
                 line = f"{_object_prefix(new, key)} {old_text} -> {new_text}{what}"
@@ -109,17 +121,53 @@ def differences(old: dict, new: dict) -> list[Difference]:
 
 
 def _kind_or_text(fp: dict, key: str) -> str:
-    """The readable kind of a probed object, else its decisive text."""
-    kind = readable(fp, key).get(KIND)
-    return _short_name(kind) if kind and is_hash(fp[key]) else fp[key]
+    """The readable kind of an object, else its decisive text (a name)."""
+    return _short_name(readable(fp, key).get(KIND) or fp[key])
+
+
+def _probed_on_one_side_line(old: dict, new: dict, key: str) -> str:
+    """A function (or optimizer) the same platform probed for one
+    fingerprint and not for the other: another one, or the same one that
+    now computes on the probe's inputs, or no longer does."""
+    a, b = _kind_or_text(old, key), _kind_or_text(new, key)
+    if a != b:
+        return f"{_object_prefix(new, key)} {a} -> {b}"
+    if is_hash(old[key]):
+        return f"{_object_prefix(new, key)} {a}: computed on the fingerprint's fixed inputs -> raises on them"
+    return f"{_object_prefix(new, key)} {a}: raised on the fingerprint's fixed inputs -> computes on them"
+
+
+def _said(fp: dict, key: str) -> dict[str, str]:
+    """What ``fp`` says of the object at ``key`` in words: its readable
+    entries; for a function it could not probe, the same labels from the
+    entries that describe it (its name, the values it closes over, a
+    probed function among them by its kind)."""
+    said = readable(fp, key)
+    said.pop(VERSION_2, None)
+    if said:
+        return said
+    said = {KIND: fp[key]}
+    for name, text in direct_children(fp, key).items():
+        kind = readable(fp, f"{key}.{name}").get(KIND) if is_hash(text) else text
+        if kind is not None:
+            said[name] = kind
+    return said
 
 
 def _readable_differences(old: dict, new: dict, key: str, common_only: bool = False) -> list[Difference]:
-    """The readable entries of ``key`` that differ, the most telling first:
-    the kind; else the numbers it is built from; else the values of a
-    function; else the terms of an operator (a few)."""
+    """The readable entries of ``key`` that differ (:func:`_worded_differences`)."""
     before, after = readable(old, key), readable(new, key)
     before.pop(VERSION_2, None), after.pop(VERSION_2, None)
+    return _worded_differences(new, key, before, after, common_only)
+
+
+def _worded_differences(
+    new: dict, key: str, before: dict[str, str], after: dict[str, str], common_only: bool = False
+) -> list[Difference]:
+    """The labels of ``key`` whose texts differ between ``before`` and
+    ``after`` (those of both only, with ``common_only``), the most telling
+    first: the kind; else the numbers it is built from; else the values of
+    a function; else the terms of an operator (a few)."""
     labels = sorted(set(before) & set(after)) if common_only else sorted(set(before) | set(after))
     differing = [label for label in labels if before.get(label) != after.get(label)]
     if not differing:
@@ -130,9 +178,9 @@ def _readable_differences(old: dict, new: dict, key: str, common_only: bool = Fa
     def line(label):
         a, b = before.get(label, "(none)"), after.get(label, "(none)")
         if label == KIND:
-            return Difference(
-                key, label, before.get(label), after.get(label), f"{prefix} {_short_name(a)} -> {_short_name(b)}"
-            )
+            shown = (_short_name(a), _short_name(b))
+            shown = (a, b) if shown[0] == shown[1] else shown  # (names a factory's function alike)
+            return Difference(key, label, before.get(label), after.get(label), f"{prefix} {shown[0]} -> {shown[1]}")
         named = f" {_short_name(kind)}" if kind else ""
         return Difference(key, label, before.get(label), after.get(label), f"{prefix}{named} {label} {a} -> {b}")
 

@@ -5,9 +5,10 @@ integrator, an Infidelity target's configuration).
 
 Not part of it: the number of steps, loggers, progress bars, chunk sizes,
 the process, ``PYTHONHASHSEED``, the host, the platform (CPU, GPU, TPU: the
-probes compute on the host's CPU), the number of processes (sample and
-chain counts are global in NetKet), the releases of NetKet, JAX, flax and
-optax."""
+probes compute on the host's CPU; without a CPU backend on the accelerator,
+and two platforms' fingerprints compare what they say in words), the
+number of processes (sample and chain counts are global in NetKet), the
+releases of NetKet, JAX, flax and optax."""
 
 from __future__ import annotations
 

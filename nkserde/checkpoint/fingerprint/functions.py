@@ -12,9 +12,15 @@ The probes of functions and optimizers compute on the host's CPU
 (:func:`on_probe_device`), whatever device the run computes on: a GPU's or
 a TPU's arithmetic differs from a CPU's in the last bits (a TPU emulates
 float64; exp, log, tanh, division), and the same script must give the same
-fingerprint on each. An operator's action is computed where its arrays are
-(they may be committed to the run's device): it gathers and adds matrix
-elements the script gave, which every platform computes alike."""
+fingerprint on each. A process without a CPU backend (``JAX_PLATFORMS=tpu``
+alone) probes on its accelerator, which may not compute a function on the
+probe's numbers at all (a TPU: NetKet's ``log_cosh`` on float64 ones; the
+function is then described by its name and what it closes over): its
+fingerprint says where it probed, and another platform's is compared with
+it by what both say in words (:mod:`.compare`). An operator's action is
+computed where its arrays are (they may be committed to the run's device):
+it gathers and adds matrix elements the script gave, which every platform
+computes alike."""
 
 from __future__ import annotations
 
