@@ -18,7 +18,12 @@ periodic saves store these loggers instead as
   (``checkpoint_file.LOGGER_HISTORY``): the logger's other fields and, per
   series in order, its metadata, row count, columns without rows (dtype and
   row shape) and last row; and the log's position after the record
-  (``checkpoint_file.HISTORY``).
+  (``checkpoint_file.HISTORY``);
+* after a resume, a **resume record** ``{"step": s, "loggers": []}`` (no
+  logger: a reader replays nothing) appended just before the resumed run's
+  first record: the run resumed the checkpoint of step ``s``. A log read
+  whole is then the run's journal, every restart where it began
+  (nkserde/checkpoint/persist/run_history.py reads it so).
 
 A save costs the rows of one interval and the stubs, whatever the length
 of the run. A resume reads every record up to the checkpoint's position
@@ -146,6 +151,7 @@ class HistoryAppender:
         self.directory = Path(path)
         self.position: dict | None = None
         self._rows: dict = {}  # {logger key: {series path: _Series}}
+        self._resumed_at: int | None = None  # the step resumed, until a resume record says so
 
     def resumed(self, state) -> None:
         """The run resumed the checkpoint ``state`` (as :func:`resolve`
@@ -154,6 +160,7 @@ class HistoryAppender:
         whole histories."""
         held = state.get(checkpoint_file.HISTORY)
         self.position, self._rows = None, {}
+        self._resumed_at = state.get(checkpoint_file.COMPLETED_STEPS)
         if not isinstance(held, dict):
             return
         self.position = {k: held[k] for k in history_log.POSITION_KEYS}
@@ -202,10 +209,14 @@ class HistoryAppender:
         if not logged:
             return state, _no_history_steps()
         record = history_log.encode_record({"step": step, "loggers": entries}) if entries else None
-        return state, self._append_steps(record, rows)
+        resumed = None if self._resumed_at is None else history_log.encode_record(resume_record(self._resumed_at))
+        return state, self._append_steps(resumed, record, rows)
 
-    def _append_steps(self, record, rows):
+    def _append_steps(self, resumed, record, rows):
         yield
+        if resumed is not None:  # once: a failure after it leaves it in the log, said
+            self.position = self._append(resumed)
+            self._resumed_at = None
         if record is not None:
             self.position = self._append(record)
         self._rows = rows
@@ -227,6 +238,16 @@ class HistoryAppender:
         end = history_log.create(path, file_id=file_id, parent=held, record=record, meta=meta)
         chain = record.chained(held["chain"] if held is not None else 0)
         return {"file": path.name, "id": file_id, "end": end, "records": 1, "chain": chain}
+
+
+def resume_record(step: int) -> dict:
+    """The record that marks a resume of the checkpoint of ``step``."""
+    return {"step": step, "loggers": []}
+
+
+def is_resume_record(record) -> bool:
+    """Whether a record (as :func:`resume_record` makes them) marks a resume."""
+    return isinstance(record, dict) and record.get("loggers") == [] and _is_count(record.get("step"))
 
 
 def _no_history_steps():
