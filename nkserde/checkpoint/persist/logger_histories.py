@@ -43,7 +43,6 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from ...checkpoint_files import content as checkpoint_file, directory
@@ -175,6 +174,8 @@ class HistoryAppender:
         and returns the position the checkpoint records; None on the other
         processes (their loggers are not written). The rows are copied
         here: the run may go on logging."""
+        import jax  # here: reading histories back (resolve) imports no JAX, for the command line
+
         state = dict(state)
         state[checkpoint_file.HISTORY] = primary(None)
         stored = state.get(checkpoint_file.LOGGERS)
@@ -270,12 +271,13 @@ def _is_stub(node) -> bool:
     return isinstance(node, dict) and node.get(TYPE) == checkpoint_file.LOGGER_HISTORY
 
 
-def resolve(path, state):
+def resolve(path, state, records=None):
     """The checkpoint ``state`` read from ``path`` (``load_state_dict``)
     with every logger stub replaced by the logger's whole state, its
     history read back from the directory's history logs up to the
-    checkpoint's position; ``state[HISTORY]`` becomes that position with
-    ``"logged"``, the keys of those loggers. Any other state is returned as
+    checkpoint's position (or ``records``, as ``directory.read_history``
+    returns them, already read); ``state[HISTORY]`` becomes that position
+    with ``"logged"``, the keys of those loggers. Any other state is returned as
     it is. Raises CorruptFileError (naming the file, the logger and series,
     expected and found) if the logs do not hold what the checkpoint says."""
     if not checkpoint_file.is_checkpoint(state):
@@ -298,7 +300,7 @@ def resolve(path, state):
         raise CorruptFileError(f"{path}: {', '.join(sorted(stubs))}: histories in a log, but no history log position")
     position = history_log.check_position(position, f"{path}: {checkpoint_file.HISTORY}")
     try:
-        rows = _replay(directory.read_history(path.parent, position))
+        rows = _replay(directory.read_history(path.parent, position) if records is None else records)
         loggers = {**loggers, **{key: _rebuild(key, stub, rows.get(key, {})) for key, stub in stubs.items()}}
     except NkserdeError as exc:
         raise in_file(exc, path, unless=path.parent) from None  # the log's own errors name the log
