@@ -31,7 +31,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     the ones every command takes after them)."""
     p = sub.add_parser(
         "plot",
-        help='each logged quantity against the step, restarts marked: a PNG, SVG or PDF (pip install "nkserde[plot]")',
+        help="each logged quantity against the step, restarts marked: a PNG, SVG or PDF image",
         description="Draws what nkserde history shows: each chosen quantity against the step (or TDVP's "
         "time), one panel each, the Monte Carlo error (Sigma) as a band around the Mean where it was "
         "logged, every restart as a vertical line, the steps known to have been run again shaded, and "
