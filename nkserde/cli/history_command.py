@@ -58,8 +58,9 @@ def add_keys_argument(p: argparse.ArgumentParser) -> None:
 
 
 def read(args) -> list:
-    """The histories of ``args.path``, each with the keys asked for:
-    ``[(RunHistory, {name: [field, ...] or None for all})]``."""
+    """The histories of ``args.path``, each with the quantities the keys
+    name: ``[(RunHistory, select(...))]``; a key that names nothing of any
+    of them is a CommandError (exit 2)."""
     existing(args.path)
     found = run_history.histories(args.path)
     if not any(len(h) for h in found):
@@ -151,16 +152,20 @@ def _marks(h, iters: np.ndarray) -> tuple[list[int], list[bool]]:
     return count, redone
 
 
-def _table_rows(h, chosen: dict):
-    """(column names, rows of cells, restarts-before per row, redone per row)."""
+def _table_rows(h, chosen: dict, last: int | None = None):
+    """(column names, rows of cells, restarts-before per row, redone per
+    row, every row's ``iters``): the last ``last`` rows (all by default),
+    the others not written out."""
     columns = columns_of(h, chosen)
     iters, rows = h.rows(list(chosen))
-    cells = [[cell(v)] + [""] * len(columns) for v in iters.tolist()]
+    start = 0 if last is None else max(0, len(iters) - last)
+    cells = [[cell(v)] + [""] * len(columns) for v in iters[start:].tolist()]
     for j, (_, name, field) in enumerate(columns, start=1):
-        for row, value in zip(rows[name].tolist(), h[name][field]):
+        shown = rows[name] >= start
+        for row, value in zip((rows[name][shown] - start).tolist(), h[name][field][shown]):
             cells[row][j] = cell(value)
-    count, redone = _marks(h, iters)
-    return [ITERS] + [c for c, _, _ in columns], cells, count, redone
+    count, redone = _marks(h, iters[start:])
+    return [ITERS] + [c for c, _, _ in columns], cells, count, redone, iters
 
 
 # ------------------------------------------------------------------ the command
@@ -208,7 +213,7 @@ def _write_csv(found) -> None:
     for h, chosen in found:
         if not chosen:
             continue
-        names, cells, count, redone = _table_rows(h, chosen)
+        names, cells, count, redone, _ = _table_rows(h, chosen)
         if not header_written:
             writer.writerow((["run"] if several else []) + names + ["restart", "redone"])
             header_written = True
@@ -223,8 +228,9 @@ def _print_run(out: Output, h, chosen: dict, last: int | None) -> None:
         out.line("  none of the keys was logged in this run")
         out.line()
         return
-    names, cells, count, redone = _table_rows(h, chosen)
-    steps = f"{len(cells)} rows" + (f", iters {cells[0][0]} to {cells[-1][0]}" if cells else "")
+    names, cells, _, redone, iters = _table_rows(h, chosen, last)
+    total = len(iters)
+    steps = f"{total} rows" + (f", iters {cell(iters[0])} to {cell(iters[-1])}" if total else "")
     out.line(f"  {steps}; {restarts_said(len(h.restarts), h.restarts_recorded)}")
     for i, r in enumerate(h.restarts, start=1):
         out.wrapped(f"  restart {i}: {_restart_line(r)}", 4)
@@ -234,14 +240,13 @@ def _print_run(out: Output, h, chosen: dict, last: int | None) -> None:
             "restart; each step is shown once, as the run that went on logged it)",
             4,
         )
-    shown = range(len(cells)) if last is None else range(max(0, len(cells) - last), len(cells))
-    notes = [_note(h, cells[i][0], redone[i]) for i in shown]
+    notes = [_note(h, row[0], again) for row, again in zip(cells, redone)]
     if any(notes):
-        out.table(names + ["note"], [cells[i] + [notes[k]] for k, i in enumerate(shown)])
+        out.table(names + ["note"], [row + [note] for row, note in zip(cells, notes)])
     else:
-        out.table(names, [cells[i] for i in shown])
-    if len(shown) < len(cells):
-        out.line(f"  (the last {len(shown)} of {len(cells)} rows; --all shows every row, --csv writes them)")
+        out.table(names, cells)
+    if len(cells) < total:
+        out.line(f"  (the last {len(cells)} of {total} rows; --all shows every row, --csv writes them)")
     out.line()
 
 
