@@ -263,7 +263,8 @@ def _restart_line(r) -> str:
         if r.redone is not None
         else ""
     )
-    return f"resumed the checkpoint of step {r.step}, {began}{again}"
+    resumed = "resumed a checkpoint" if r.step is None else f"resumed the checkpoint of step {r.step}"
+    return f"{resumed}, {began}{again}"
 
 
 def _note(h, first: str, redone: bool) -> str:

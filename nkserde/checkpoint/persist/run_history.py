@@ -41,7 +41,8 @@ ITERS = "iters"  # NetKet's name of the column that says at which step (or time)
 class Restart:
     """A restart of the run, as its history log records it.
 
-    ``step``: the completed steps of the checkpoint the run resumed.
+    ``step``: the completed steps of the checkpoint the run resumed (None:
+    the log does not say).
     ``at``: where the rows logged after the restart begin, the ``iters`` of
     the first (the step, or TDVP's time; None while there is none).
     ``redone``: ``(first, last)`` ``iters`` of rows the run had logged after
@@ -51,7 +52,7 @@ class Restart:
     file (it is done again, from ``step``; an interrupted run that saved as
     it stopped did nothing after it)."""
 
-    step: int
+    step: int | None
     at: float | None
     redone: tuple | None
 
@@ -278,24 +279,41 @@ def _whole_history(logger) -> bool:
 
 
 def _quantities(loggers) -> dict:
-    """``{name: _Quantity}`` of the loggers' series, each name once."""
+    """``{name: _Quantity}`` of the loggers' series, each name once. A
+    series not of the layout of nkserde/netket/loggers.py (columns of rows
+    of one length, ``iters`` numbers) is left out: the file is read as
+    untrusted, and what is shown is what NetKet logged."""
     out: dict = {}
     for key, logger in (loggers or {}).items() if isinstance(loggers, dict) else ():
         if not _whole_history(logger):
             continue
         for series in logger["history"]:
             columns = series.get("columns") if isinstance(series, dict) else None
-            if not isinstance(columns, dict) or not isinstance(columns.get(ITERS), np.ndarray):
+            path = series.get("path") if isinstance(series, dict) else None
+            if not _columns(columns) or not isinstance(path, list):
                 continue
-            name = "/".join(str(p) for p in series.get("path") or ()) or "value"
-            path = tuple(series.get("path") or ())
-            q = _Quantity({ITERS: columns[ITERS], **columns}, path, series.get("main"), bool(series.get("single")), key)
+            path = tuple(p for p in path if isinstance(p, (str, int)))
+            name = "/".join(str(p) for p in path) or "value"
+            main = series.get("main") if isinstance(series.get("main"), str) and series["main"] in columns else None
+            q = _Quantity({ITERS: columns[ITERS], **columns}, path, main, series.get("single") is True, str(key))
             if name in out:
                 if _same(out[name].columns, q.columns):
                     continue
                 name = f"{key}/{name}"
             out[name] = q
     return out
+
+
+def _columns(columns) -> bool:
+    """Whether a series' columns are rows of one length, at numbers (``iters``)."""
+    return (
+        isinstance(columns, dict)
+        and all(isinstance(k, str) and isinstance(a, np.ndarray) and a.ndim >= 1 for k, a in columns.items())
+        and isinstance(columns.get(ITERS), np.ndarray)
+        and columns[ITERS].ndim == 1
+        and columns[ITERS].dtype.kind in "iuf"
+        and len({len(a) for a in columns.values()}) == 1
+    )
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -325,7 +343,8 @@ def _restarts(where: Path, position: dict, records: list, quantities: dict) -> l
         if logger_histories.is_resume_record(record):
             found.append((record["step"], dict(rows), redone))
         elif redone is not None and i:  # a log of nkserde before resume records: the restart ran steps again
-            found.append((records[i - 1][1]["step"], dict(rows), redone))
+            step = records[i - 1][1]["step"]  # of the checkpoint resumed, whose record is the last it continues
+            found.append((step if isinstance(step, int) and not isinstance(step, bool) else None, dict(rows), redone))
         for entry in record["loggers"]:
             if entry["reset"]:
                 rows = {k: n for k, n in rows.items() if k[0] != entry["logger"]}
@@ -339,13 +358,13 @@ def _redone(log: Path, continued: dict) -> tuple | None:
     """(first, last) ``iters`` of the rows in the records of ``log`` after
     the position another log continues, or None."""
     iters = [
-        np.asarray(series["columns"][ITERS])
-        for record in history_log.read_tail(log, continued)
+        series["columns"][ITERS]
+        for record in history_log.read_tail(log, continued)  # checked records, trees of any shape
         if isinstance(record, dict) and isinstance(record.get("loggers"), list)
         for entry in record["loggers"]
         if isinstance(entry, dict) and isinstance(entry.get("series"), list)
         for series in entry["series"]
-        if isinstance(series, dict) and isinstance(series.get("columns"), dict) and ITERS in series["columns"]
+        if isinstance(series, dict) and _columns(series.get("columns"))
     ]
     iters = [a for a in iters if a.size]
     if not iters:
