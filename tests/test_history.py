@@ -363,3 +363,19 @@ def test_directories_of_earlier_nkserde_versions(fixture):
     assert h.restarts_recorded == any(fixture.glob("history-*.nkh"))
     code, out, err = here("history", fixture, "--csv", "--keys", "Energy/Mean")
     assert code == 0 and len(out.splitlines()) == newest + 1
+
+
+def test_an_old_directory_continued_records_its_restart(tmp_path):
+    """A directory of nkserde before history logs (every history whole in
+    each checkpoint: nothing says whether that run restarted), continued
+    from its step 24 by today's: the history log it starts marks the restart."""
+    import scenarios
+
+    shutil.copytree(FIXTURES / "histories-a60e14f" / "checkpoint", tmp_path / "run")
+    nkserde.checkpoint.reset_run_numbering()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "nkserde: Checkpoint.keep_every", FutureWarning)  # the fixture's script
+        _, runtime = scenarios.history_run(tmp_path / "run", 28, nkserde.Checkpoint)
+    h = nkserde.history(tmp_path / "run" / "ckpt")
+    assert h.restarts_recorded and h.restarts == (Restart(step=24, at=24, redone=None),)
+    assert h["Energy"]["Mean"].tobytes() == logged(runtime, "Energy", "Mean").tobytes()

@@ -351,7 +351,7 @@ def _restarts(where: Path, position: dict, records: list, quantities: dict) -> l
             for series in entry["series"]:
                 n = len(next(iter(series["columns"].values())))
                 rows[entry["logger"], tuple(series["path"])] = series["start"] + n
-    return [Restart(step, _first_after(before, quantities), redone) for step, before, redone in found]
+    return [Restart(step, _first_after(before, quantities, step), redone) for step, before, redone in found]
 
 
 def _redone(log: Path, continued: dict) -> tuple | None:
@@ -373,12 +373,21 @@ def _redone(log: Path, continued: dict) -> tuple | None:
     return values.min().item(), values.max().item()
 
 
-def _first_after(rows_before: dict, quantities: dict):
+def _first_after(rows_before: dict, quantities: dict, step):
     """The ``iters`` of the first row logged after a restart that found
-    ``rows_before`` rows per (logger, series), or None."""
+    ``rows_before`` rows per (logger, series), or None. A restart before
+    any record (from a checkpoint holding its histories whole, whose rows
+    the log then starts with) is placed by its step, where the rows are
+    logged at steps."""
     firsts = []
     for q in quantities.values():
-        n = rows_before.get((q.logger, q.path), 0)
-        if n < len(q.columns[ITERS]):
-            firsts.append(q.columns[ITERS][n].item())
+        iters = q.columns[ITERS]
+        if rows_before or not step:
+            n = rows_before.get((q.logger, q.path), 0)
+        elif iters.dtype.kind in "iu":
+            n = int(np.searchsorted(iters, step))
+        else:
+            continue
+        if n < len(iters):
+            firsts.append(iters[n].item())
     return min(firsts) if firsts else None
