@@ -26,6 +26,8 @@ Public API::
     nkserde.checkpointed(driver, directory, ...)  the driver, checkpointing every run
     nkserde.compilation_cache(directory=None)     JAX's compiled code outlives the process
                                          (in the user's cache without a call: see below)
+    nkserde.history(directory)           what a Checkpoint's loggers logged, every step across restarts:
+                                         h["Energy"]["Mean"], h.restarts, pandas.DataFrame(h.table())
 
 Every name above is loaded on its first use (``import nkserde`` itself
 imports neither JAX nor NetKet, so ``nkserde inspect`` answers at once on a
@@ -67,6 +69,7 @@ __all__ = [
     "compilation_cache",
     "errors",
     "from_state_dict",
+    "history",
     "info",
     "load",
     "load_state_dict",

@@ -18,6 +18,7 @@ from .netket._common import find as _find
 from .checkpoint.keep_policy import KeepAny, KeepLatest, KeepMultiples
 from .checkpoint.save_policy import EveryDuration, EverySteps, SaveAny, WithinBudget
 from .checkpoint.job.control import JobOptions
+from .checkpoint.persist.run_history import history
 
 if _find("netket.callbacks.AbstractCallback") is not None:
     from .checkpoint import Checkpoint, checkpointed

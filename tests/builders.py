@@ -177,6 +177,20 @@ if hasattr(nk.callbacks, "AbstractCallback"):
             if driver.step_count == self.at:
                 raise RuntimeError(f"crash at {self.at}")
 
+    class KillAt(nk.callbacks.AbstractCallback):
+        """Raises in the middle of step ``at`` (its update computed, not
+        applied): the Checkpoint cannot save half a step, so the run ends
+        with the checkpoint before it its newest, as after a SIGKILL."""
+
+        at: int = nk.utils.struct.field(pytree_node=False, serialize=False)
+
+        def __init__(self, at):
+            self.at = at
+
+        def before_parameter_update(self, step, log_data, driver):
+            if driver.step_count == self.at:
+                raise RuntimeError(f"killed at {self.at}")
+
 
 def crash_then_resume(build, directory, n_steps, crash_at, make_out=lambda: None, **options):
     """A driver from ``build()`` runs ``n_steps`` with a Checkpoint in

@@ -29,7 +29,7 @@ import pytest
 
 import builders
 import nkserde
-from multiprocess import launch
+from multiprocess import in_turn, launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
 from nkserde import schema
@@ -110,15 +110,21 @@ def inputs(tmp_path_factory):
     nkserde.save({"x": x + 1e-9, "n": 3}, root / "x-close.nks")
     nkserde.save({"x": x.astype(np.float32), "y": np.zeros(2), "n": 4}, root / "x-other.nks")
     (root / "notes.txt").write_text("Energy of the run, copied from the cluster: -10.0053 +- 0.0021\n" * 4)
-    # one file written by two JAX processes (VMC after 1 step: chains in blocks)
-    launch(2, ["save", root / "mp", "vmc", 1, root / "two-processes.nks"])
+    # one file written by two JAX processes (VMC after 1 step: chains in blocks),
+    # then a checkpointed run of 4 steps by the same two (mp-run/ckpt/run-0, JsonLog in mp-run/out)
+    launch(
+        2,
+        in_turn(
+            ["save", root / "mp", "vmc", 1, root / "two-processes.nks"], ["ckpt", root / "mp-run", "vmc", 4, "run"]
+        ),
+    )
     return root
 
 
 def test_help_is_complete():
     parser = cli.build_parser()
     text = parser.format_help()
-    for command in ("inspect", "verify", "diff", "ls", "migrate"):
+    for command in ("inspect", "verify", "diff", "ls", "migrate", "history", "plot"):
         assert command in text
     sub = next(a for a in parser._actions if a.dest == "command").choices
     for command, options in (
@@ -127,6 +133,8 @@ def test_help_is_complete():
         ("diff", ["--atol", "--rtol", "--json"]),
         ("ls", ["--no-verify", "--json"]),
         ("migrate", ["--dry-run", "--in-place", "--json"]),
+        ("history", ["--keys", "--last", "--all", "--csv", "--json"]),
+        ("plot", ["--output", "--keys", "--exact", "--size", "--json"]),
     ):
         help_text = sub[command].format_help()
         for option in options:
@@ -409,8 +417,8 @@ def test_ls_without_verifying_and_diff_of_directories(inputs, capsys):
 
 # What a header reader must not import: seconds of start-up on a login node
 # (ml_dtypes alone, JAX's extra dtypes, costs a second of CPU: imported only
-# for a file that holds one of them)
-HEAVY = ("jax", "jaxlib", "netket", "flax", "optax", "ml_dtypes")
+# for a file that holds one of them; matplotlib: nkserde plot's alone)
+HEAVY = ("jax", "jaxlib", "netket", "flax", "optax", "ml_dtypes", "matplotlib")
 PROBE = """
 import json, sys
 from nkserde.cli import main
@@ -438,6 +446,8 @@ def run_probed(*args):
         (["verify"], ["vmc", "two-processes.nks"]),
         (["verify"], ["damaged.nks"]),
         (["migrate", "--dry-run"], ["driver.nks"]),
+        (["history"], ["vmc"]),
+        (["history", "--csv"], ["dyn"]),
     ],
     ids=lambda a: " ".join(a),
 )
@@ -613,3 +623,33 @@ def test_diff_of_two_identical_runs_leaves_the_wall_clock_out(tmp_path):
     ]
     code, data = here_json("diff", a, b, "--wall-clock", "--exclude", "loggers/*")
     assert code == 0 and data["same"] and all(p.startswith(("loggers/", "history/")) for p in data["excluded"])
+
+
+def test_history_of_a_run_of_two_processes(inputs):
+    """The history process 0's JsonLog logged (its .log file, NetKet's own
+    writing), read from the checkpoints the two processes wrote."""
+    code, data = run_json("history", inputs / "mp-run" / "ckpt")
+    assert code == 0
+    (run_,) = data["runs"]
+    assert run_["run"] == 0 and run_["checkpoint"].endswith("step-0000000004.nks")
+    log = json.loads((inputs / "mp-run" / "out" / "log.log").read_text())
+    energy = run_["quantities"]["Energy"]["columns"]
+    assert energy["iters"] == log["Energy"]["iters"] == [0, 1, 2, 3]
+    assert energy["Mean"] == log["Energy"]["Mean"] and energy["Sigma"] == log["Energy"]["Sigma"]
+
+
+def test_history_and_plot_of_a_checkpointed_directory_of_two_runs(inputs, tmp_path):
+    # a ground state (run-0), then a TDVP quench (run-1), whose rows are logged at times
+    code, data = run_json("history", inputs / "dyn", "--keys", "acceptance,Generator")
+    assert code == 0
+    gs, te = data["runs"]
+    assert (gs["run"], te["run"]) == (0, 1) and gs["restarts"] == te["restarts"] == []
+    assert list(gs["quantities"]) == ["acceptance"] and list(te["quantities"]) == ["Generator"]
+    assert gs["quantities"]["acceptance"]["columns"]["iters"] == [0, 1, 2, 3]
+    assert te["quantities"]["Generator"]["columns"]["iters"] == pytest.approx([0.0, 0.01, 0.02, 0.03])
+    with pytest.raises(nkserde.errors.NkserdeError, match="holds the checkpoints of 2 run"):
+        nkserde.history(inputs / "dyn")
+    assert nkserde.history(inputs / "dyn" / "run-1")["Generator"]["iters"].dtype.kind == "f"
+    code, out, err = here("plot", inputs / "dyn", "-o", tmp_path / "dyn.png", "--json")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["panels"] == ["Energy", "acceptance", "Generator", "t"]  # each run's, as logged

@@ -270,14 +270,15 @@ def test_checkpointed_run_killed_resumes_exactly(runs, cache, tmp_path):
     result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
     assert int(result["resumed_from"]) == 2
     # the JsonLog's rows went to one history log, appended by process 0 alone
-    # (two writers would have broken its chain): one record per checkpoint
+    # (two writers would have broken its chain): one record per checkpoint,
+    # and the resume's (from step 2) before the first checkpoint after it
     from nkserde.checkpoint_files import directory
 
     run = tmp_path / "ckpt" / "run-0"
     assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh"]
     steps = directory.steps(run)
     records = [nkserde.load_state_dict(directory.step_path(run, s))["history"]["records"] for s in steps]
-    assert records == [s // 2 for s in steps], (steps, records)
+    assert records == [s // 2 + (s > 2) for s in steps], (steps, records)
     assert all(directory.problem(directory.step_path(run, s)) is None for s in steps)
 
 
@@ -389,12 +390,13 @@ def test_a_peer_killed_between_checkpoints_ends_the_others_and_the_rerun_resumes
     result = assert_same_checkpointed_run(runs["vmc"], tmp_path)
     assert int(result["resumed_from"]) == 2
     # the JsonLog's rows went to one history log, appended by process 0 alone
-    # (two writers would have broken its chain): one record per checkpoint
+    # (two writers would have broken its chain): one record per checkpoint,
+    # and the resume's (from step 2) before the first checkpoint after it
     from nkserde.checkpoint_files import directory
 
     run = tmp_path / "ckpt" / "run-0"
     assert [p.name for p in directory.history_files(run)] == ["history-000001.nkh"]
     steps = directory.steps(run)
     records = [nkserde.load_state_dict(directory.step_path(run, s))["history"]["records"] for s in steps]
-    assert records == [s // 2 for s in steps], (steps, records)
+    assert records == [s // 2 + (s > 2) for s in steps], (steps, records)
     assert all(directory.problem(directory.step_path(run, s)) is None for s in steps)

@@ -1,11 +1,13 @@
-"""The ``nkserde`` command line: inspect, verify, diff, ls and migrate
-checkpoints from a shell.
+"""The ``nkserde`` command line: inspect, verify, diff, ls, migrate
+checkpoints and look at a run's history from a shell.
 
     nkserde inspect FILE [--arrays]   metadata and the tree of entries
     nkserde verify FILE...            every checksum and the structure
     nkserde diff A B [--atol --rtol]  what differs (exit 0 same, 1 different, 2 error)
     nkserde ls DIR                    the checkpoints of a run and which one a resume loads
     nkserde migrate IN [OUT]          rewrite at today's format and schema versions
+    nkserde history DIR               every logged quantity per step, across restarts
+    nkserde plot DIR -o run.png       the same drawn (matplotlib: the "plot" extra)
 
 Every subcommand takes ``--json`` (layout: docs/cli.md). Errors are one line
 on stderr and a non-zero exit code; ``--debug`` shows the traceback. Output
@@ -14,7 +16,8 @@ uses rich in a terminal and is plain text otherwise (a pipe, a file).
 This module is the program's front: its arguments (:func:`build_parser`)
 and :func:`main`. Each command is a module of its own
 (``inspect_command.py``, ``verify_command.py``, ``diff_command.py``,
-``ls_command.py``, ``migrate_command.py``); ``output.py`` holds how they
+``ls_command.py``, ``migrate_command.py``, ``history_command.py``,
+``plot_command.py``); ``output.py`` holds how they
 print, ``command_error.py`` their one-line error.
 """
 
@@ -24,23 +27,33 @@ import argparse
 import sys
 import warnings
 
-from . import diff_command, inspect_command, ls_command, migrate_command, verify_command
+from . import (
+    diff_command,
+    history_command,
+    inspect_command,
+    ls_command,
+    migrate_command,
+    plot_command,
+    verify_command,
+)
 from .command_error import CommandError
 
-# inspect, verify, ls and an up-to-date migrate --dry-run read headers and
-# checksums only, without JAX and NetKet (seconds of imports on a login
-# node): diff and a migration import them when they run.
+# inspect, verify, ls, history and an up-to-date migrate --dry-run read
+# headers and checksums only, without JAX and NetKet (seconds of imports on
+# a login node): diff and a migration import them when they run, plot
+# matplotlib when it draws.
 
 
 # the parser ---------------------------------------------------------------------
 
 
 EPILOG = """exit codes: 0 success; 1 a problem was found (verify: a file does not verify; diff: the files
-differ) or the command failed; 2 usage errors, and diff's errors (diff's convention).
+differ) or the command failed; 2 usage errors, and the errors of diff, history and plot.
 --json layouts: docs/cli.md."""
 
 
-COMMANDS = (inspect_command, verify_command, diff_command, ls_command, migrate_command)  # in --help's order
+# in --help's order
+COMMANDS = (inspect_command, verify_command, diff_command, ls_command, migrate_command, history_command, plot_command)
 
 
 def _common(p: argparse.ArgumentParser):
@@ -55,10 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
         description="Inspect, verify, compare, list and migrate nkserde files and checkpoint "
-        "directories, without writing Python.",
+        "directories, and show or plot a run's logged history, without writing Python.",
     )
     parser.add_argument("--version", action="version", version=f"nkserde {_version()}")
-    parser.set_defaults(error_code=1)  # an error's exit code; diff's is 2
+    parser.set_defaults(error_code=1)  # an error's exit code; diff's, history's and plot's is 2
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         _common(command.add_parser(sub))

@@ -301,6 +301,36 @@ def read_records(
     return trees if decode else [None] * i, value
 
 
+def read_tail(path, position: dict, *, budget=None) -> list:
+    """The records after ``position`` in the log it names, at ``path``:
+    the trees of the whole ones, oldest first, up to the end of the file or
+    the first that does not read (a torn append ends them). No checkpoint
+    refers to them and a resume never reads them; they tell what a run did
+    that a restart from an earlier position did again. Each record is
+    checked as :func:`read_records` checks it; its chain is not (no position
+    vouches for them). The file shorter than the position, or another log,
+    is a CorruptFileError."""
+    path = Path(path)
+    budget = Budget() if budget is None else budget
+    trees: list = []
+    with read_errors(path), open(path, "rb", buffering=0) as f:
+        header, _ = _read_header(f, path)
+        if header["id"] != position["id"]:
+            raise corrupt(path, f"history log id {header['id']}, expected {position['id']} (another log)")
+        size, offset = os.fstat(f.fileno()).st_size, position["end"]
+        if offset > size:
+            raise corrupt(path, f"the history log holds {size} bytes; a position ends at byte {offset}")
+        i, max_head = position["records"], limits.current().max_header_bytes
+        while offset < size:
+            try:
+                _read_record(f, path, i, offset, size, max_head, budget, trees)
+            except (CorruptFileError, LoadLimitError):
+                break  # torn, or damaged: what follows is not told apart from it
+            offset = f.tell()
+            i += 1
+    return trees
+
+
 def _read_record(f, path, i, offset, stop, max_header, budget, trees) -> tuple[int, int]:
     where = f"record {i} (byte {offset})"
     if offset + RECORD.size > stop:

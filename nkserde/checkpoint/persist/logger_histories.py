@@ -18,7 +18,12 @@ periodic saves store these loggers instead as
   (``checkpoint_file.LOGGER_HISTORY``): the logger's other fields and, per
   series in order, its metadata, row count, columns without rows (dtype and
   row shape) and last row; and the log's position after the record
-  (``checkpoint_file.HISTORY``).
+  (``checkpoint_file.HISTORY``);
+* after a resume, a **resume record** ``{"step": s, "loggers": []}`` (no
+  logger: a reader replays nothing) appended just before the resumed run's
+  first record: the run resumed the checkpoint of step ``s``. A log read
+  whole is then the run's journal, every restart where it began
+  (nkserde/checkpoint/persist/run_history.py reads it so).
 
 A save costs the rows of one interval and the stubs, whatever the length
 of the run. A resume reads every record up to the checkpoint's position
@@ -38,7 +43,6 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-import jax
 import numpy as np
 
 from ...checkpoint_files import content as checkpoint_file, directory
@@ -146,6 +150,7 @@ class HistoryAppender:
         self.directory = Path(path)
         self.position: dict | None = None
         self._rows: dict = {}  # {logger key: {series path: _Series}}
+        self._resumed_at: int | None = None  # the step resumed, until a resume record says so
 
     def resumed(self, state) -> None:
         """The run resumed the checkpoint ``state`` (as :func:`resolve`
@@ -154,6 +159,7 @@ class HistoryAppender:
         whole histories."""
         held = state.get(checkpoint_file.HISTORY)
         self.position, self._rows = None, {}
+        self._resumed_at = state.get(checkpoint_file.COMPLETED_STEPS)
         if not isinstance(held, dict):
             return
         self.position = {k: held[k] for k in history_log.POSITION_KEYS}
@@ -168,6 +174,8 @@ class HistoryAppender:
         and returns the position the checkpoint records; None on the other
         processes (their loggers are not written). The rows are copied
         here: the run may go on logging."""
+        import jax  # here: reading histories back (resolve) imports no JAX, for the command line
+
         state = dict(state)
         state[checkpoint_file.HISTORY] = primary(None)
         stored = state.get(checkpoint_file.LOGGERS)
@@ -202,10 +210,14 @@ class HistoryAppender:
         if not logged:
             return state, _no_history_steps()
         record = history_log.encode_record({"step": step, "loggers": entries}) if entries else None
-        return state, self._append_steps(record, rows)
+        resumed = None if self._resumed_at is None else history_log.encode_record(resume_record(self._resumed_at))
+        return state, self._append_steps(resumed, record, rows)
 
-    def _append_steps(self, record, rows):
+    def _append_steps(self, resumed, record, rows):
         yield
+        if resumed is not None:  # once: a failure after it leaves it in the log, said
+            self.position = self._append(resumed)
+            self._resumed_at = None
         if record is not None:
             self.position = self._append(record)
         self._rows = rows
@@ -229,6 +241,16 @@ class HistoryAppender:
         return {"file": path.name, "id": file_id, "end": end, "records": 1, "chain": chain}
 
 
+def resume_record(step: int) -> dict:
+    """The record that marks a resume of the checkpoint of ``step``."""
+    return {"step": step, "loggers": []}
+
+
+def is_resume_record(record) -> bool:
+    """Whether a record (as :func:`resume_record` makes them) marks a resume."""
+    return isinstance(record, dict) and record.get("loggers") == [] and _is_count(record.get("step"))
+
+
 def _no_history_steps():
     """The write steps of a checkpoint whose loggers keep no history: one
     step that appends nothing and records no position."""
@@ -249,12 +271,13 @@ def _is_stub(node) -> bool:
     return isinstance(node, dict) and node.get(TYPE) == checkpoint_file.LOGGER_HISTORY
 
 
-def resolve(path, state):
+def resolve(path, state, records=None):
     """The checkpoint ``state`` read from ``path`` (``load_state_dict``)
     with every logger stub replaced by the logger's whole state, its
     history read back from the directory's history logs up to the
-    checkpoint's position; ``state[HISTORY]`` becomes that position with
-    ``"logged"``, the keys of those loggers. Any other state is returned as
+    checkpoint's position (or ``records``, as ``directory.read_history``
+    returns them, already read); ``state[HISTORY]`` becomes that position
+    with ``"logged"``, the keys of those loggers. Any other state is returned as
     it is. Raises CorruptFileError (naming the file, the logger and series,
     expected and found) if the logs do not hold what the checkpoint says."""
     if not checkpoint_file.is_checkpoint(state):
@@ -277,7 +300,7 @@ def resolve(path, state):
         raise CorruptFileError(f"{path}: {', '.join(sorted(stubs))}: histories in a log, but no history log position")
     position = history_log.check_position(position, f"{path}: {checkpoint_file.HISTORY}")
     try:
-        rows = _replay(directory.read_history(path.parent, position))
+        rows = _replay(directory.read_history(path.parent, position) if records is None else records)
         loggers = {**loggers, **{key: _rebuild(key, stub, rows.get(key, {})) for key, stub in stubs.items()}}
     except NkserdeError as exc:
         raise in_file(exc, path, unless=path.parent) from None  # the log's own errors name the log
