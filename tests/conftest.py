@@ -70,6 +70,8 @@ LONGEST_FIRST = (
     "test_checkpoint_kill.py",
     "test_mpi.py",
     "test_compile_cache.py",
+    "test_peer_watch.py",
+    "test_platform_moves.py",
     "test_samplers.py",
     "test_fixtures.py",
     "test_cli.py",
