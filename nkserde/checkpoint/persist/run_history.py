@@ -116,6 +116,12 @@ class RunHistory(Mapping):
             f"{rows} rows, {len(self.restarts)} restarts)"
         )
 
+    def placed(self, directory: Path, run) -> RunHistory:
+        """The same history, read from a checkpoint of ``directory`` (of
+        ``run()`` call ``run``, or None)."""
+        restarts = self.restarts if self.restarts_recorded else None
+        return RunHistory(self._quantities, restarts, checkpoint=self.checkpoint, directory=directory, run=run)
+
     def main(self, name: str) -> str | None:
         """The field NetKet takes as the quantity's value (``"Mean"`` of a
         Monte Carlo statistic, ``"value"`` of a number), or None."""
@@ -228,16 +234,11 @@ def _of_directory(path: Path, run) -> RunHistory:
     found = directory.resume_file(path, _read, warn=True)  # the rule a resume applies, a read in place of check
     if found is None:
         raise NkserdeError(f"{path}: no checkpoint reads (nkserde ls {path} says why)")
-    return _placed(found[1], path, run)
+    return found[1].placed(path, run)
 
 
 def _of_file(path: Path) -> RunHistory:
-    return _placed(_read(path), path.parent, None)
-
-
-def _placed(h: RunHistory, directory_: Path, run) -> RunHistory:
-    restarts = h.restarts if h.restarts_recorded else None
-    return RunHistory(h._quantities, restarts, checkpoint=h.checkpoint, directory=directory_, run=run)
+    return _read(path).placed(path.parent, None)
 
 
 def _read(path: Path) -> RunHistory:
