@@ -11,7 +11,8 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, mismatch_hints, partial_load, registry, tree, tree_load
+from . import file_info, mismatch_hints, partial_load, tree, tree_load
+from .types import registry
 from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat
 from .format.tree_codec import TYPE
@@ -24,7 +25,7 @@ from .errors import (
     in_file,
 )
 from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
-from .placement import fetched
+from .types.placement import fetched
 
 # what save and load store: NetKet's types are registered before either runs
 from . import netket as _netket_registrations  # noqa: F401

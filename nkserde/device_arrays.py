@@ -13,7 +13,7 @@ from . import jax_internals
 from .errors import TemplateMismatchError, format_path
 from .format.layout import dtype_name
 from .format.reader import LazyArray, materialize
-from .placement import GlobalArray
+from .types.placement import GlobalArray
 
 
 class LocalBlocks(LazyArray):

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, file_info, migrations, registry, tree
+from . import api, file_info, tree
+from .types import migrations, registry
 from .checkpoint_files import content as checkpoint_file
 from . import format as fileformat
 from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
-from .placement import ProcessValues
+from .types.placement import ProcessValues
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
 

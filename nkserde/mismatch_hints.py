@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import functools
 
-from . import partial_load, registry
+from . import partial_load
+from .types import registry
 from .format.tree_codec import TYPE
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Mapping
 
-from . import nested
+from .types import nested
 from ._warnings import outside
 from .format import tree_codec
 from .errors import NkserdeError, NoSuchPathError, format_path

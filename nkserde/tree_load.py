@@ -20,13 +20,14 @@ import jax
 import numpy as np
 
 from ._warnings import outside
-from . import builtin_types, device_arrays, migrations, provisional_fields, registry
+from .types import builtin_types, migrations, registry
+from . import device_arrays, provisional_fields
 from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
 from .format.reader import LazyArray, materialize
 from .format import tree_codec
 from .format.tree_codec import TYPE, VERSION
-from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
-from .migrations import Loading
+from .types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
+from .types.migrations import Loading
 from .partial_load import LoadReport
 from .tree import SCALARS, stored_key, unregistered
 

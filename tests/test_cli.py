@@ -477,7 +477,7 @@ def test_import_nkserde_loads_the_api_on_first_use():
         "import json, sys, nkserde\n"
         f"before = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
         "from nkserde import *\n"
-        "from nkserde import registry\n"
+        "from nkserde.types import registry\n"
         "print(json.dumps({'before': before, 'netket': 'netket' in sys.modules,\n"
         "    'missing': [n for n in nkserde.__all__ if not hasattr(nkserde, n)],\n"
         "    'vmc': registry.lookup_name('netket.driver.VMC') is not None}))\n"

@@ -16,7 +16,7 @@ from nkserde import api
 from nkserde.processes.coordination import Group, StopFlag
 from nkserde.errors import DistributedSaveError, PeerLostError, ProcessMismatchError
 from nkserde.format.writer import write_file, write_file_together
-from nkserde.placement import GlobalArray, PerProcess, Primary
+from nkserde.types.placement import GlobalArray, PerProcess, Primary
 
 
 @pytest.mark.parametrize("size", [64, 256, 1024])

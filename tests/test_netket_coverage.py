@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import registry
+from nkserde.types import registry
 from nkserde.api import check_storable
 
 NAMESPACES = (

@@ -28,10 +28,10 @@ import nkserde
 import nkserde.api
 import builders
 from builders import assert_identical, assert_same_leaves, leaves, params_bytes
-from nkserde import registry
+from nkserde.types import registry
 from nkserde.errors import TemplateMismatchError
 from nkserde.format.reader import LazyArray
-from nkserde.placement import PerProcess, Resizable
+from nkserde.types.placement import PerProcess, Resizable
 
 # --------------------------------------------------------------------------- the rule
 

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import registry, schema
+from nkserde.types import registry
+from nkserde import schema
 from nkserde.netket._common import find
 from nkserde.errors import UnregisteredTypeError
 

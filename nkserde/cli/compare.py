@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import api, nested
+from .. import api
+from ..types import nested
 from ..checkpoint_files import content as checkpoint_file, directory
 from ..errors import format_path
 from ..file_migration import current_state_dict
-from ..placement import ProcessValues
+from ..types.placement import ProcessValues
 
 
 def _read(path: Path, kept: list):

@@ -26,7 +26,7 @@ from typing import Protocol
 import msgpack
 
 from ..errors import DistributedSaveError, NkserdeError, PeerLostError, in_file
-from ..placement import GlobalArray
+from ..types.placement import GlobalArray
 from .array_write import stored_dtype, stream_array_steps
 from .atomic import fsync_directory, remove_stale_temps, remove_temp, temp_name, write_error
 from .header import write_header

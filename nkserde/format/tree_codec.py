@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import nested
+from ..types import nested
 from ..errors import UnregisteredTypeError, format_path
-from ..placement import GlobalArray, PerProcess, Primary, ProcessValues
+from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues
 
 ARRAY = "@array"
 STACKED = "@stacked"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..placement import GlobalArray
+from ..types.placement import GlobalArray
 from . import tree_codec
 from .array_write import stored_dtype, stream_array_steps
 from .atomic import atomic_write

@@ -56,7 +56,7 @@ from ...checkpoint_files import content as checkpoint_file
 from ...checkpoint_files.directory import RunDirectory
 from ...errors import NkserdeError, PeerLostError, in_file
 from ...netket import run_loop
-from ...placement import map_arrays, primary
+from ...types.placement import map_arrays, primary
 from ...processes.jax_service import coordination_name, multi_process
 from ..run import Run, keyed
 from .background_write import CheckpointWriter

@@ -9,7 +9,7 @@ from __future__ import annotations
 import jax
 
 from . import registry
-from .errors import TemplateMismatchError
+from ..errors import TemplateMismatchError
 
 
 class KeyArray:

@@ -43,7 +43,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Mapping
 
-from .errors import UnregisteredTypeError
+from ..errors import UnregisteredTypeError
 
 ToState = Callable[[Any], Mapping[str, Any]]
 FromState = Callable[[Any, dict], Any]
