@@ -11,7 +11,8 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, mismatch_hints, partial_load, tree, tree_load
+from . import file_info, mismatch_hints, partial_load, tree_load
+from .saving import snapshot as tree
 from .types import registry
 from .checkpoint_files import content as checkpoint_file, directory
 from . import format as fileformat

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from .errors import CorruptFileError, FileReadError, TemplateMismatchError
-from .tree import SCALARS
+from .saving.snapshot import SCALARS
 
 
 # At most this many steps of a template make a provisional field final

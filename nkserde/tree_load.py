@@ -29,7 +29,7 @@ from .format.tree_codec import TYPE, VERSION
 from .types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 from .types.migrations import Loading
 from .partial_load import LoadReport
-from .tree import SCALARS, stored_key, unregistered
+from .saving.snapshot import SCALARS, stored_key, unregistered
 
 
 # --------------------------------------------------------------------------- the load's context

@@ -21,7 +21,7 @@ import pytest
 import builders
 import nkserde
 from nkserde.types import placement
-from nkserde import tree
+from nkserde.saving import snapshot as tree
 from nkserde.checkpoint.keep_policy import KeepLatest
 from nkserde.checkpoint.persist import background_write, saving
 from nkserde.checkpoint.persist.saving import Saver

@@ -49,7 +49,8 @@ import warnings
 import jax
 import numpy as np
 
-from ... import api, tree
+from ... import api
+from ...saving import snapshot as tree
 from ..._log import say
 from ..._warnings import outside
 from ...checkpoint_files import content as checkpoint_file

@@ -15,12 +15,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from .types import builtin_types, registry
-from .format.layout import DTYPES, dtype_name
-from .errors import UnregisteredTypeError, format_path
-from .format import tree_codec
-from .format.tree_codec import TYPE, VERSION
-from .types.placement import GlobalArray, OnDevice, PerProcess, Primary, Resizable, full_index
+from ..types import builtin_types, registry
+from ..format.layout import DTYPES, dtype_name
+from ..errors import UnregisteredTypeError, format_path
+from ..format import tree_codec
+from ..format.tree_codec import TYPE, VERSION
+from ..types.placement import GlobalArray, OnDevice, PerProcess, Primary, Resizable, full_index
 
 
 SCALARS = (bool, int, float, complex, str, bytes)
