@@ -8,7 +8,7 @@ from .api import from_state_dict, info, load, load_state_dict, save, save_state_
 from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
 from .format.limits import set_load_limits
 from .types.placement import per_process
-from .partial_load import LoadReport, PartialLoadWarning
+from .loading.partial_load import LoadReport, PartialLoadWarning
 from .file_migration import migrate
 from .types.registry import migration, register
 from .caches import automatic as _automatic_caches, use as compilation_cache

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import jax
 
-from . import file_info, mismatch_hints, partial_load, tree_load
+from .loading import file_info, mismatch_hints, partial_load, walk as tree_load
 from .saving import snapshot as tree
 from .types import registry
 from .checkpoint_files import content as checkpoint_file, directory
@@ -25,7 +25,7 @@ from .errors import (
     UnsupportedVersionError,
     in_file,
 )
-from .file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
+from .loading.file_info import contents, info, jsonable, verify, verify_steps  # noqa: F401  (nkserde.api's API)
 from .types.placement import fetched
 
 # what save and load store: NetKet's types are registered before either runs
@@ -206,7 +206,7 @@ def load(template, path, *, at=None, strict: bool = True, rename=None, report: b
             raise NkserdeError(
                 f"{path}: at=, rename=, strict=False and report= apply to nkserde files; this is a file NetKet wrote"
             )
-        from . import foreign_load
+        from .loading import netket_files as foreign_load
 
         return foreign_load.load(template, path)
     with fileformat.LazyFile(path) as lazy:  # arrays are read as the template asks for them

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, file_info
+from . import api
+from .loading import file_info
 from .saving import snapshot as tree
 from .types import migrations, registry
 from .checkpoint_files import content as checkpoint_file

@@ -11,7 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from .. import file_info, schema
+from ..loading import file_info
+from .. import schema
 from .. import format as fileformat
 from ..format.atomic import fsync_directory
 from .command_error import CommandError, existing_file

@@ -9,11 +9,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from . import jax_internals
-from .errors import TemplateMismatchError, format_path
-from .format.layout import dtype_name
-from .format.reader import LazyArray, materialize
-from .types.placement import GlobalArray
+from .. import jax_internals
+from ..errors import TemplateMismatchError, format_path
+from ..format.layout import dtype_name
+from ..format.reader import LazyArray, materialize
+from ..types.placement import GlobalArray
 
 
 class LocalBlocks(LazyArray):

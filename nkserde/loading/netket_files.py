@@ -38,10 +38,10 @@ import jax
 import netket as nk
 import numpy as np
 
-from . import device_arrays, tree_load
-from .netket import internals
-from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
-from .format import foreign, limits
+from . import device_arrays, walk as tree_load
+from ..netket import internals
+from ..errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
+from ..format import foreign, limits
 
 # what a state file may hold beyond the arrays its template uses (sampler
 # chains of an MCState loaded into a FullSumState, msgpack framing)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .errors import CorruptFileError, FileReadError, TemplateMismatchError
-from .saving.snapshot import SCALARS
+from ..errors import CorruptFileError, FileReadError, TemplateMismatchError
+from ..saving.snapshot import SCALARS
 
 
 # At most this many steps of a template make a provisional field final

@@ -19,17 +19,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._warnings import outside
-from .types import builtin_types, migrations, registry
+from .._warnings import outside
+from ..types import builtin_types, migrations, registry
 from . import device_arrays, provisional_fields
-from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
-from .format.reader import LazyArray, materialize
-from .format import tree_codec
-from .format.tree_codec import TYPE, VERSION
-from .types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
-from .types.migrations import Loading
+from ..errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from ..format.reader import LazyArray, materialize
+from ..format import tree_codec
+from ..format.tree_codec import TYPE, VERSION
+from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
+from ..types.migrations import Loading
 from .partial_load import LoadReport
-from .saving.snapshot import SCALARS, stored_key, unregistered
+from ..saving.snapshot import SCALARS, stored_key, unregistered
 
 
 # --------------------------------------------------------------------------- the load's context

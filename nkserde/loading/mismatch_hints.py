@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 
 from . import partial_load
-from .types import registry
-from .format.tree_codec import TYPE
+from ..types import registry
+from ..format.tree_codec import TYPE
 
 
 def what_to_do(template, state, where, path) -> str:
