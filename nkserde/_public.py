@@ -9,7 +9,7 @@ from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, za
 from .format.limits import set_load_limits
 from .types.placement import per_process
 from .loading.partial_load import LoadReport, PartialLoadWarning
-from .file_migration import migrate
+from .schema.migrate import migrate
 from .types.registry import migration, register
 from .caches import automatic as _automatic_caches, use as compilation_cache
 from . import netket as _netket_registrations

@@ -32,7 +32,7 @@ import nkserde
 from multiprocess import launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
-from nkserde import schema
+from nkserde.schema import manifest as schema
 from nkserde.checkpoint.persist import logger_histories as histories
 
 SCRIPT = Path(sys.executable).with_name("nkserde")

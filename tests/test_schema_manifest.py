@@ -15,7 +15,7 @@ import pytest
 
 import nkserde
 from nkserde.types import registry
-from nkserde import schema
+from nkserde.schema import manifest as schema
 from nkserde.netket._common import find
 from nkserde.errors import UnregisteredTypeError
 
@@ -124,7 +124,11 @@ def test_the_versions_file_the_command_line_reads_agrees_with_the_registrations(
     current. Rewrite it with ``python -m nkserde.schema --versions
     nkserde/schema_versions.json``."""
     fresh = subprocess.run(
-        [sys.executable, "-c", "import json; from nkserde import schema; print(json.dumps(schema.current_versions()))"],
+        [
+            sys.executable,
+            "-c",
+            "import json; from nkserde.schema import manifest; print(json.dumps(manifest.current_versions()))",
+        ],
         capture_output=True,
         text=True,
         check=True,

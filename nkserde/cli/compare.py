@@ -17,7 +17,7 @@ from .. import api
 from ..types import nested
 from ..checkpoint_files import content as checkpoint_file, directory
 from ..errors import format_path
-from ..file_migration import current_state_dict
+from ..schema.migrate import current_state_dict
 from ..types.placement import ProcessValues
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..loading import file_info
-from .. import schema
+from ..schema import manifest as schema
 from .. import format as fileformat
 from ..format.atomic import fsync_directory
 from .command_error import CommandError, existing_file
@@ -92,11 +92,11 @@ def cmd_migrate(args) -> int:
 
             api.load(template, src)  # raises now what the migration would raise
         elif not result["up_to_date"]:
-            from ..file_migration import current_state_dict
+            from ..schema.migrate import current_state_dict
 
             current_state_dict(src)  # raises now what the migration would raise
     else:
-        from ..file_migration import migrate as migrate_file
+        from ..schema.migrate import migrate as migrate_file
 
         if args.in_place:
             backup = _backup_path(src)

@@ -31,9 +31,9 @@ import re
 import sys
 from pathlib import Path
 
-from .format import FORMAT_VERSION
+from ..format import FORMAT_VERSION
 
-VERSIONS_FILE = Path(__file__).with_name("schema_versions.json")
+VERSIONS_FILE = Path(__file__).with_name("versions.json")
 
 
 def current() -> dict:
@@ -41,8 +41,8 @@ def current() -> dict:
     [...], "optional": [...]}}}`` of the registrations that declare their
     fields in this install (types of libraries that are not installed, or
     that this NetKet lacks, are absent)."""
-    from . import api as _with_registrations  # noqa: F401  (nkserde's own types, NetKet's)
-    from .types import registry
+    from .. import api as _with_registrations  # noqa: F401  (nkserde's own types, NetKet's)
+    from ..types import registry
 
     types = {}
     for reg in registry.registrations().values():
@@ -59,8 +59,8 @@ def current() -> dict:
 def current_versions() -> dict:
     """``{"types": {name: version}, "aliases": {older name: name}}`` of this
     install's registrations."""
-    from . import api as _with_registrations  # noqa: F401
-    from .types import registry
+    from .. import api as _with_registrations  # noqa: F401
+    from ..types import registry
 
     regs = registry.registrations().values()
     return {
@@ -104,7 +104,7 @@ def differences(history: dict, now: dict | None = None) -> list[str]:
             f"file format version {now['format_version']} is not recorded "
             f"(recorded: {history['format_versions']}); add it with --update"
         )
-    from .types import registry
+    from ..types import registry
 
     migrations = registry.migrations()
     for name, entry in now["types"].items():
@@ -163,8 +163,8 @@ def with_generated_tables(text: str) -> tuple[str, list[str]]:
     this install's registrations that no row names. A row naming only
     types that are not registered here (a rule's ``<module>.<Class>``, a
     NetKet this install lacks) is left as it is."""
-    from . import api as _with_registrations  # noqa: F401
-    from .types import registry
+    from .. import api as _with_registrations  # noqa: F401
+    from ..types import registry
 
     regs = registry.registrations()
     named, lines = set(), []

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api
-from .loading import file_info
-from .saving import snapshot as tree
-from .types import migrations, registry
-from .checkpoint_files import content as checkpoint_file
-from . import format as fileformat
-from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
-from .types.placement import ProcessValues
-from .format import tree_codec
-from .format.tree_codec import TYPE, VERSION
+from .. import api
+from ..loading import file_info
+from ..saving import snapshot as tree
+from ..types import migrations, registry
+from ..checkpoint_files import content as checkpoint_file
+from .. import format as fileformat
+from ..errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
+from ..types.placement import ProcessValues
+from ..format import tree_codec
+from ..format.tree_codec import TYPE, VERSION
 
 
 def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
