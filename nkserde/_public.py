@@ -23,7 +23,7 @@ if _find("netket.callbacks.AbstractCallback") is not None:
     from .checkpoint import Checkpoint, checkpointed
     from .checkpoint.options import InitFrom
 else:  # NetKet 3.21: no callback API to hook a checkpoint into
-    from ._no_callback_api import Checkpoint, InitFrom, checkpointed
+    from .checkpoint.no_callback_api import Checkpoint, InitFrom, checkpointed
 
 
 # the caches beside JAX's, before a Checkpoint's first step (nkserde.caches.automatic)
