@@ -1,11 +1,14 @@
 # ruff: noqa: F401  (a module of re-exports: nkserde/__init__.py takes its names)
 """The public API of nkserde (the names of ``nkserde.__all__``), loaded on
-first use of any of them (nkserde/__init__.py): it imports JAX, NetKet and
-the NetKet registrations, which the command line's header readers do
-without."""
+first use of any of them (nkserde/__init__.py): each name bound to where it
+lives. It imports JAX, NetKet and the NetKet registrations, which the
+command line's header readers do without."""
 
-from .api import from_state_dict, info, load, load_state_dict, save, save_state_dict, state_dict, verify
-from .api import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
+from .saving.line import save, save_state_dict
+from .saving.snapshot import state_dict
+from .loading.load import from_state_dict, load, load_state_dict
+from .loading.open_file import open_file as open  # noqa: A004 (nkserde.open, as h5py.File, zarr.open)
+from .loading.file_info import info, verify
 from .format.limits import set_load_limits
 from .types.placement import per_process
 from .loading.partial_load import LoadReport, PartialLoadWarning

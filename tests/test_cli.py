@@ -32,6 +32,7 @@ import nkserde
 from multiprocess import launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
+from nkserde.loading import file_info
 from nkserde.schema import manifest as schema
 from nkserde.checkpoint.persist import logger_histories as histories
 
@@ -390,7 +391,7 @@ def test_non_finite_values_are_strict_json(tmp_path, capsys):
 
 def test_contents_of_a_per_process_value():
     # a numpy sampler's state: one value per process (here one process)
-    info, entries = nkserde.api.contents(FIXTURES / "netket-3.23.0" / "numpy_sampler.nks")
+    info, entries = file_info.contents(FIXTURES / "netket-3.23.0" / "numpy_sampler.nks")
     per_process = [e for e in entries if e["per_process"] and e["kind"] == "array"]
     assert per_process and all(e["shape"][0] == info["process_count"] == 1 for e in per_process)
 

@@ -1,4 +1,4 @@
-"""nkserde.nested: the one walk over the dicts and lists of a state dict."""
+"""nkserde.types.nested: the one walk over the dicts and lists of a state dict."""
 
 from __future__ import annotations
 

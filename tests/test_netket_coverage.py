@@ -21,7 +21,7 @@ import pytest
 
 import nkserde
 from nkserde.types import registry
-from nkserde.api import check_storable
+from nkserde.saving.snapshot import check_storable
 
 NAMESPACES = (
     "netket.driver",

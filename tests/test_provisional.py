@@ -25,7 +25,6 @@ import optax
 import pytest
 
 import nkserde
-import nkserde.api
 import nkserde.saving.snapshot
 import builders
 from builders import assert_identical, assert_same_leaves, leaves, params_bytes

@@ -38,7 +38,7 @@ import jax
 import netket as nk
 import numpy as np
 
-from . import device_arrays, walk as tree_load
+from . import device_arrays, walk
 from ..netket import internals
 from ..errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
 from ..format import foreign, limits
@@ -112,7 +112,7 @@ def _variables(template_variables, file_variables):
     shardings (mismatches name their path)."""
     template_variables = dict(template_variables)
     file_variables = _lists(file_variables, template_variables)
-    out = tree_load.from_state_dict(template_variables, _np(file_variables), ("variables",))
+    out = walk.from_state_dict(template_variables, _np(file_variables), ("variables",))
     _no_null_where_the_template_has_a_value(template_variables, out, ("variables",))
     return out
 
