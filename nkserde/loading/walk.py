@@ -29,7 +29,7 @@ from ..format.tree_codec import TYPE, VERSION
 from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
 from ..types.migrations import Loading
 from .partial_load import LoadReport
-from ..saving.snapshot import SCALARS, stored_key, unregistered
+from ..saving.snapshot import SCALARS, stored_key
 
 
 # --------------------------------------------------------------------------- the load's context
@@ -190,7 +190,7 @@ def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
             return ctx.differs(path, state, template, both=True)
         out = [from_state_dict(t, s, path + (i,), ctx) for i, (t, s) in enumerate(zip(template, state))]
         return out if type(template) is list else tuple(out)
-    raise unregistered(template, path)
+    raise registry.unregistered(template, path)
 
 
 def _check_keys(path, state, keys, template, ctx: LoadContext):

@@ -23,11 +23,11 @@ import jax
 import numpy as np
 
 from ..types import builtin_types, registry
-from ..format.layout import DTYPES, dtype_name
+from ..format.layout import DTYPES, check_text, dtype_name
 from ..errors import UnregisteredTypeError, format_path
-from ..format import tree_codec
 from ..format.tree_codec import TYPE, VERSION
-from ..types.placement import GlobalArray, PerProcess, Primary, Resizable, full_index, map_arrays
+from ..types import nested
+from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable, full_index
 
 
 SCALARS = (bool, int, float, complex, str, bytes)
@@ -136,6 +136,28 @@ def fetched(state):
     return map_arrays(OnDevice.fetch, state, kind=OnDevice)
 
 
+def map_arrays(fn, state, kind: type = np.ndarray):
+    """``state`` with ``fn`` applied to every array of ``kind`` (numpy
+    arrays, or :class:`OnDevice` ones) in it, including the blocks of global
+    arrays and the values of per-process fields."""
+
+    def leaf(node):
+        if isinstance(node, kind):
+            return fn(node)
+        if isinstance(node, GlobalArray):
+            blocks = tuple((s, fn(b) if isinstance(b, kind) else b) for s, b in node.blocks)
+            return GlobalArray(node.shape, node.dtype, blocks)
+        if isinstance(node, PerProcess):
+            return PerProcess(map_arrays(fn, node.value, kind), node.derive)
+        if isinstance(node, Primary):
+            return Primary(map_arrays(fn, node.value, kind))
+        if isinstance(node, ProcessValues):
+            return ProcessValues([map_arrays(fn, v, kind) for v in node.values])
+        return node
+
+    return nested.map_leaves(leaf, state)
+
+
 # --------------------------------------------------------------------------- the walk
 
 
@@ -150,7 +172,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None =
     (:func:`fetched` gives the numpy arrays)."""
     if obj is None or isinstance(obj, SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
-            tree_codec.check_text(obj, path, "string")
+            check_text(obj, path, "string")
         return obj
     if isinstance(obj, np.ndarray):
         _check_dtype(obj.dtype, path)
@@ -180,16 +202,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None =
         return out
     if type(obj) in (list, tuple):
         return [to_state_dict(v, path + (i,), check_only=check_only, held=held) for i, v in enumerate(obj)]
-    raise unregistered(obj, path)
-
-
-def unregistered(obj, path) -> UnregisteredTypeError:
-    """The error of a value, met at ``path`` of an object being saved or of
-    a template, whose type has no registration."""
-    return UnregisteredTypeError(
-        f"{format_path(path)}: no nkserde registration for type "
-        f"{registry.module_path(type(obj))}; register it with nkserde.register(...)"
-    )
+    raise registry.unregistered(obj, path)
 
 
 def _check_schema(reg: registry.Registration, fields, path) -> None:
@@ -217,7 +230,7 @@ def stored_key(k, path) -> str:
     s = str.__str__(k) if isinstance(k, str) else int.__repr__(k)
     if s.startswith("@"):
         raise UnregisteredTypeError(f"{format_path(path)}: dict key {k!r}: keys starting with '@' are reserved")
-    tree_codec.check_text(s, path, "dict key")
+    check_text(s, path, "dict key")
     return s
 
 

@@ -19,7 +19,8 @@ In a run of several JAX processes a value is one of four things:
 
 These classes know nothing of JAX or NetKet: blocks are numpy arrays (or,
 in a save's snapshot, arrays still in device memory until they are
-fetched: nkserde/saving/snapshot.py).
+fetched: nkserde/saving/snapshot.py, which maps over the arrays of a
+state dict).
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ import dataclasses
 from typing import Any, Callable
 
 import numpy as np
-
-from . import nested
 
 
 def full_index(index, shape) -> tuple[slice, ...]:
@@ -119,25 +118,3 @@ class Resizable:
 
     value: Any
     announce: bool = True  # warn when resized (one field per object is enough)
-
-
-def map_arrays(fn, state, kind: type = np.ndarray):
-    """``state`` with ``fn`` applied to every array of ``kind`` (numpy
-    arrays, or a snapshot's arrays in device memory) in it, including the blocks of global
-    arrays and the values of per-process fields."""
-
-    def leaf(node):
-        if isinstance(node, kind):
-            return fn(node)
-        if isinstance(node, GlobalArray):
-            blocks = tuple((s, fn(b) if isinstance(b, kind) else b) for s, b in node.blocks)
-            return GlobalArray(node.shape, node.dtype, blocks)
-        if isinstance(node, PerProcess):
-            return PerProcess(map_arrays(fn, node.value, kind), node.derive)
-        if isinstance(node, Primary):
-            return Primary(map_arrays(fn, node.value, kind))
-        if isinstance(node, ProcessValues):
-            return ProcessValues([map_arrays(fn, v, kind) for v in node.values])
-        return node
-
-    return nested.map_leaves(leaf, state)

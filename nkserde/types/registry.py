@@ -43,7 +43,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Mapping
 
-from ..errors import UnregisteredTypeError
+from ..errors import UnregisteredTypeError, format_path
 
 ToState = Callable[[Any], Mapping[str, Any]]
 FromState = Callable[[Any, dict], Any]
@@ -267,6 +267,15 @@ def module_path(cls: type) -> str:
     name a rule gives a type without a registration of its own (nkserde
     0.1 wrote it too). Compared, never imported."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def unregistered(obj, path) -> UnregisteredTypeError:
+    """The error of a value, met at ``path`` of an object being saved or of
+    a template, whose type has no registration."""
+    return UnregisteredTypeError(
+        f"{format_path(path)}: no nkserde registration for type "
+        f"{module_path(type(obj))}; register it with nkserde.register(...)"
+    )
 
 
 def lookup(cls: type) -> Registration | None:
