@@ -37,9 +37,23 @@ from ...netket.callbacks import stateful
 from ...processes.jax_service import coordination_name, group, multi_process, on_process_0
 from ...types.registry import is_registered, stored_fields
 from .. import fingerprint as run_fingerprint
-from . import logger_histories
+from . import logger_histories, saving
 from ..options import CheckpointOptions, InitFrom
 from ..run import Run, keyed
+
+
+def begin(driver, files: RunDirectory, options: CheckpointOptions, end_step, *, checkpoints: type):
+    """``(run, resumed_from)``: the :class:`Run` of a run() call of
+    ``driver`` that starts, with its loggers and callbacks (but those of
+    type ``checkpoints``) and its history log, resumed (:func:`resume`),
+    checked to be storable; ``resumed_from``: the step it resumed from, or
+    None for a fresh start."""
+    run = Run(*run_objects(options.loggers, checkpoints=checkpoints), end_step, run_loop.target(driver))
+    run.histories = logger_histories.HistoryAppender(files.path)
+    resumed_from = resume(driver, run, files, options)
+    saving.check_storable(driver, run, files.path)
+    run.completed = run.last_saved = driver.step_count  # nothing of this run to save until it completes a step
+    return run, resumed_from
 
 
 def run_objects(extra_loggers, *, checkpoints: type) -> tuple[tuple, tuple]:

@@ -55,7 +55,6 @@ from ...checkpoint_files import content as checkpoint_file
 from ...checkpoint_files.directory import RunDirectory
 from ...errors import NkserdeError, PeerLostError, in_file
 from ...loading import file_info
-from ...netket import run_loop
 from ...processes.jax_service import coordination_name, multi_process
 from ...saving import line
 from ...saving.snapshot import Snapshot, check_storable as _check_storable, private_copy, snapshot
@@ -75,7 +74,7 @@ def payload(driver, run: Run, completed: int, stopped: bool = False) -> dict:
         stopped,
         # the end the run was going to (a final stop is continued by a
         # rerun that asks for more)
-        run_loop.target(driver),
+        run.target,
         loggers=primary(keyed(run.loggers)),
         callbacks=primary(keyed(run.callbacks)),
     )
