@@ -5,4 +5,6 @@ NetKet:
                       a counting and a simulated store for hundreds of processes (no JAX)
     jax_service.py    those protocols over JAX's coordination service: the run's group,
                       its process count and index, NKSERDE_PEER_TIMEOUT
+
+Imports: errors, jax_internals.
 """
