@@ -52,7 +52,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from nkserde.processes.coordination import Group, StopFlag  # noqa: E402
 from simulated_store import SimulatedStore, simulate  # noqa: E402
 from nkserde.format.writer import write_file_together  # noqa: E402
-from nkserde.placement import GlobalArray, PerProcess  # noqa: E402
+from nkserde.types.placement import GlobalArray, PerProcess  # noqa: E402
 
 DESCRIPTION_BYTES = 1500  # a small VMC's description in the old protocol (issue 18, measured)
 OLD_ALLGATHERS_PER_SAVE = 5

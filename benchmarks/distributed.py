@@ -576,7 +576,7 @@ def print_tables(rows: list[dict]) -> None:
 
 
 def versions() -> dict:
-    from nkserde.api import installed_version
+    from nkserde.saving.line import installed_version
 
     return {d: installed_version(d) for d in ("nkserde", "jax", "jaxlib", "flax", "netket", "numpy", "msgpack")}
 

@@ -51,7 +51,9 @@ import optax
 
 import nkserde
 from _environment import DEFAULT_PARENT, environment, parent_directory
-from nkserde import api
+from nkserde.loading.file_info import verify_steps
+from nkserde.saving.line import save_state_dict
+from nkserde.saving.snapshot import state_dict
 from nkserde.checkpoint_files import directory
 from nkserde.checkpoint.persist.saving import payload
 from nkserde.format import drain
@@ -127,9 +129,9 @@ class Measured(nkserde.Checkpoint):
         # the same payload, every logger whole, written and verified as a checkpoint was before
         old = self.old_directory / f"step-{run.completed:010d}.nks"
         start = time.perf_counter()
-        state = api.state_dict(payload(driver, run, run.completed, stopped))
-        api.save_state_dict(state, old, root_type="checkpoint")
-        drain(api.verify_steps(old))
+        state = state_dict(payload(driver, run, run.completed, stopped))
+        save_state_dict(state, old, root_type="checkpoint")
+        drain(verify_steps(old))
         old_seconds = time.perf_counter() - start
         self.rows.append(
             {"old_bytes": old.stat().st_size, "old_s": old_seconds, "new_bytes": new_bytes, "new_s": new_seconds}

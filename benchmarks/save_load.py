@@ -645,7 +645,7 @@ def check_targets(rows: dict, memory: dict, nbytes: int) -> list[dict]:
 
 
 def environment() -> dict:
-    from nkserde.api import installed_version as v
+    from nkserde.saving.line import installed_version as v
 
     cpu = ""
     try:

@@ -50,7 +50,7 @@ import optax
 
 import nkserde
 from _environment import environment, parent_directory
-from nkserde.checkpoint.persist.saving import host_copy
+from nkserde.saving.snapshot import private_copy as host_copy
 from nkserde.checkpoint_files import content
 from nkserde.format import tree_codec
 

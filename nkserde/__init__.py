@@ -96,7 +96,7 @@ def _load_public_api() -> None:
 def __getattr__(name: str):
     # PEP 562: called for names not yet in this module. An API name loads
     # the API (and registers NetKet's types); a submodule's name
-    # (``nkserde.format``, the package's own ``from . import tree``)
+    # (``nkserde.format``, the package's own ``from . import saving``)
     # imports that module alone, as ``import nkserde.format`` does, so the
     # command line's header readers import neither JAX nor NetKet.
     if name in __all__:

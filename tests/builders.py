@@ -104,7 +104,7 @@ def leaves(obj):
     out = []
 
     def walk(x):
-        if isinstance(x, nkserde.placement.PerProcess):
+        if isinstance(x, nkserde.types.placement.PerProcess):
             return walk(x.value)
         if isinstance(x, dict):
             for k in sorted(x):

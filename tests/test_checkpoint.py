@@ -422,7 +422,7 @@ def test_background_snapshot_copies_what_the_run_can_change():
     sampler chains, logger histories), read-only flag or not."""
     import jax.numpy as jnp
 
-    from nkserde.checkpoint.persist.saving import host_copy as _host_copy
+    from nkserde.saving.snapshot import private_copy as _host_copy
 
     jax_view = np.asarray(jnp.arange(4.0))
     owned = np.arange(4.0)

@@ -18,7 +18,7 @@ import pytest
 
 import builders as B
 import nkserde
-from nkserde import api
+from nkserde.saving import line
 from nkserde.checkpoint_files import content, directory
 
 from nkserde.checkpoint.persist import logger_histories
@@ -196,7 +196,7 @@ def test_a_failed_append_or_checkpoint_write_costs_that_checkpoint_only(tmp_path
     2's position. The write of step 6's checkpoint fails after its rows
     were appended: step 8's checkpoint holds them. Resumes from 2, 8 (and
     from the rerun's end) restore each step once."""
-    real_append, real_save = history_log.append, api.save_state_dict_steps
+    real_append, real_save = history_log.append, line.save_steps
     calls = {"append": 0}
 
     def failing_append(path, *, file_id, end, record):
@@ -207,13 +207,13 @@ def test_a_failed_append_or_checkpoint_write_costs_that_checkpoint_only(tmp_path
             raise FileWriteError(28, f"{path}: history log: appending failed: No space left on device")
         return real_append(path, file_id=file_id, end=end, record=record)
 
-    def failing_save(state, path, **kwargs):
+    def failing_save(snapshot, path, **kwargs):
         if path.name == "step-0000000006.nks":
             raise FileWriteError(28, f"{path}: save failed: No space left on device")
-        return (yield from real_save(state, path, **kwargs))
+        return (yield from real_save(snapshot, path, **kwargs))
 
     monkeypatch.setattr(history_log, "append", failing_append)
-    monkeypatch.setattr(api, "save_state_dict_steps", failing_save)
+    monkeypatch.setattr(line, "save_steps", failing_save)
     first = tmp_path / "first"
     with pytest.warns(UserWarning, match="No space left"):
         run(first, N_STEPS, async_save=False, keep=10)

@@ -93,17 +93,17 @@ def test_retention_waits_for_the_newest_checkpoint_to_verify(tmp_path, monkeypat
 
     import builders
 
-    from nkserde import api
+    from nkserde.loading import file_info
     from nkserde.errors import CorruptFileError
 
-    verify_steps = api.verify_steps
+    verify_steps = file_info.verify_steps
 
     def failing_for_step_3(path):
         if path.name == "step-0000000003.nks":
             raise CorruptFileError(f"{path}: damaged (injected)")
         return (yield from verify_steps(path))
 
-    monkeypatch.setattr(api, "verify_steps", failing_for_step_3)
+    monkeypatch.setattr(file_info, "verify_steps", failing_for_step_3)
     driver = nkserde.checkpointed(builders.vmc(), tmp_path, every=1, keep=1, async_save=False, on_write_error="warn")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -32,7 +32,8 @@ import nkserde
 from multiprocess import in_turn, launch
 from nkserde.cli import commands as cli
 from nkserde.cli import compare
-from nkserde import schema
+from nkserde.loading import file_info
+from nkserde.schema import manifest as schema
 from nkserde.checkpoint.persist import logger_histories as histories
 
 SCRIPT = Path(sys.executable).with_name("nkserde")
@@ -398,7 +399,7 @@ def test_non_finite_values_are_strict_json(tmp_path, capsys):
 
 def test_contents_of_a_per_process_value():
     # a numpy sampler's state: one value per process (here one process)
-    info, entries = nkserde.api.contents(FIXTURES / "netket-3.23.0" / "numpy_sampler.nks")
+    info, entries = file_info.contents(FIXTURES / "netket-3.23.0" / "numpy_sampler.nks")
     per_process = [e for e in entries if e["per_process"] and e["kind"] == "array"]
     assert per_process and all(e["shape"][0] == info["process_count"] == 1 for e in per_process)
 
@@ -487,7 +488,7 @@ def test_import_nkserde_loads_the_api_on_first_use():
         "import json, sys, nkserde\n"
         f"before = sorted(m for m in {HEAVY!r} if m in sys.modules)\n"
         "from nkserde import *\n"
-        "from nkserde import registry\n"
+        "from nkserde.types import registry\n"
         "print(json.dumps({'before': before, 'netket': 'netket' in sys.modules,\n"
         "    'missing': [n for n in nkserde.__all__ if not hasattr(nkserde, n)],\n"
         "    'vmc': registry.lookup_name('netket.driver.VMC') is not None}))\n"

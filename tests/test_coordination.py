@@ -12,11 +12,13 @@ import numpy as np
 import pytest
 
 from simulated_store import SimulatedStore, simulate
-from nkserde import api
+from nkserde.loading.file_info import info, verify
+from nkserde.loading.load import load_state_dict
+from nkserde.saving.line import new_meta
 from nkserde.processes.coordination import Group, StopFlag
 from nkserde.errors import DistributedSaveError, PeerLostError, ProcessMismatchError
 from nkserde.format.writer import write_file, write_file_together
-from nkserde.placement import GlobalArray, PerProcess, Primary
+from nkserde.types.placement import GlobalArray, PerProcess, Primary
 
 
 @pytest.mark.parametrize("size", [64, 256, 1024])
@@ -150,15 +152,15 @@ def distributed_tree(rank, size, *, replicated=None):
 @pytest.mark.parametrize("size", [64, 256])
 def test_a_file_written_by_hundreds_of_simulated_processes(tmp_path, size):
     path = tmp_path / "big.nks"
-    meta = api.new_meta({}, "dict")
+    meta = new_meta({}, "dict")
 
     def work(rank, store):
         group = Group(store, rank, size, "save", timeout=60)
         return write_file_together(path, distributed_tree(rank, size), meta, group)
 
     _, counts, store, modelled = simulate(size, work, SimulatedStore(size, rtt=500e-6, service=20e-6))
-    assert api.verify(path)["process_count"] == size  # every checksum holds
-    state = api.load_state_dict(path)
+    assert verify(path)["process_count"] == size  # every checksum holds
+    state = load_state_dict(path)
     chains = state["chains"]
     np.testing.assert_array_equal(chains[:, 0], np.repeat(np.arange(size) % 100, 4))
     assert len(state["rng"].values) == size
@@ -186,23 +188,23 @@ def test_the_metadata_lists_the_stored_types_as_the_writer_meets_them(tmp_path):
     """A file's ``types``: read off the tree as the writer encodes it, each
     type in its first place with its last version; by several processes,
     process 0's records are encoded (and listed) last."""
-    one = write_file(tmp_path / "one.nks", stored_objects(0), api.new_meta({}, "dict"))
-    assert list(api.info(one)["types"].items()) == [("Driver", 2), ("State", 4), ("Logger", 3), ("Generator", 1)]
-    meta = api.new_meta({}, "dict")
+    one = write_file(tmp_path / "one.nks", stored_objects(0), new_meta({}, "dict"))
+    assert list(info(one)["types"].items()) == [("Driver", 2), ("State", 4), ("Logger", 3), ("Generator", 1)]
+    meta = new_meta({}, "dict")
 
     def work(rank, store):
         group = Group(store, rank, 4, "save", timeout=60)
         return write_file_together(tmp_path / "four.nks", stored_objects(rank), meta, group)
 
     simulate(4, work)
-    assert list(api.info(tmp_path / "four.nks")["types"].items()) == [
+    assert list(info(tmp_path / "four.nks")["types"].items()) == [
         ("Driver", 2), ("State", 4), ("Generator", 1), ("Logger", 3)
     ]  # fmt: skip
 
 
 def test_simulated_processes_that_disagree_are_named(tmp_path):
     path = tmp_path / "bad.nks"
-    meta = api.new_meta({}, "dict")
+    meta = new_meta({}, "dict")
 
     def work(rank, store):
         group = Group(store, rank, 32, "save", timeout=60)
@@ -221,7 +223,7 @@ def test_simulated_processes_that_disagree_are_named(tmp_path):
 
 def test_a_failure_on_one_simulated_process_is_raised_on_all(tmp_path):
     path = tmp_path / "fail.nks"
-    meta = api.new_meta({}, "dict")
+    meta = new_meta({}, "dict")
 
     def work(rank, store):
         group = Group(store, rank, 16, "save", timeout=60)

@@ -49,7 +49,8 @@ import pytest
 
 import nkserde
 from builders import assert_same_leaves, leaves
-from nkserde import provisional_fields, registry, tree_load as tree
+from nkserde.loading import provisional_fields, walk as tree
+from nkserde.types import registry
 from nkserde.errors import TemplateMismatchError
 from nkserde.netket.optimizers import after_one_update
 

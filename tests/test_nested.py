@@ -1,11 +1,11 @@
-"""nkserde.nested: the one walk over the dicts and lists of a state dict."""
+"""nkserde.types.nested: the one walk over the dicts and lists of a state dict."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from nkserde import nested
-from nkserde.placement import PerProcess
+from nkserde.types import nested
+from nkserde.types.placement import PerProcess
 
 TREE = {"a": {"x": 1, "y": [2, {"z": 3}]}, "b": [], "c": {}, "d": np.zeros(2)}
 

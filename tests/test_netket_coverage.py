@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import registry
-from nkserde.api import check_storable
+from nkserde.types import registry
+from nkserde.saving.snapshot import check_storable
 
 NAMESPACES = (
     "netket.driver",

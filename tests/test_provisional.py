@@ -25,13 +25,13 @@ import optax
 import pytest
 
 import nkserde
-import nkserde.api
+import nkserde.saving.snapshot
 import builders
 from builders import assert_identical, assert_same_leaves, leaves, params_bytes
-from nkserde import registry
+from nkserde.types import registry
 from nkserde.errors import TemplateMismatchError
 from nkserde.format.reader import LazyArray
-from nkserde.placement import PerProcess, Resizable
+from nkserde.types.placement import PerProcess, Resizable
 
 # --------------------------------------------------------------------------- the rule
 
@@ -184,7 +184,7 @@ def test_the_load_never_stores_the_template_again_to_compare(monitor_registered,
     def refuse(*args, **kwargs):
         raise AssertionError("the load stored a value of the template")
 
-    monkeypatch.setattr(nkserde.tree, "to_state_dict", refuse)
+    monkeypatch.setattr(nkserde.saving.snapshot, "to_state_dict", refuse)
     loaded = nkserde.load(Monitor.fresh(), tmp_path / "m.nks")
     assert loaded.measurements.keys() == {"norm"} and loaded.steps == 2
 
@@ -447,5 +447,5 @@ def test_the_numpy_samplers_of_the_issue(tmp_path):
 
 def test_check_only_describes_jax_arrays_by_shape_and_dtype():
     """What the rule compares of a template, without reading its arrays."""
-    sd = nkserde.tree.to_state_dict({"a": jax.numpy.ones((2, 3))}, check_only=True)
+    sd = nkserde.saving.snapshot.to_state_dict({"a": jax.numpy.ones((2, 3))}, check_only=True)
     assert isinstance(sd["a"], jax.ShapeDtypeStruct) and sd["a"].shape == (2, 3)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import registry
+from nkserde.types import registry
 from nkserde.errors import TemplateMismatchError, UnregisteredTypeError, UnsupportedVersionError
 
 

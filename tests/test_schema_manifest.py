@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 import nkserde
-from nkserde import registry, schema
+from nkserde.types import registry
+from nkserde.schema import manifest as schema
 from nkserde.netket._common import find
 from nkserde.errors import UnregisteredTypeError
 
@@ -115,15 +116,19 @@ def test_a_registration_returning_undeclared_fields_cannot_save(tmp_path):
 
 
 def test_the_versions_file_the_command_line_reads_agrees_with_the_registrations():
-    """``nkserde/schema_versions.json`` (what ``nkserde migrate --dry-run``
+    """``nkserde/schema/versions.json`` (what ``nkserde migrate --dry-run``
     plans from without NetKet) is what a fresh process of this install
     registers: every type at its version, and its older names (a type of a
     newer NetKet may be there too). Types a rule registers on first sight
     are not in it; rules make version 1 registrations, which it takes as
     current. Rewrite it with ``python -m nkserde.schema --versions
-    nkserde/schema_versions.json``."""
+    nkserde/schema/versions.json``."""
     fresh = subprocess.run(
-        [sys.executable, "-c", "import json; from nkserde import schema; print(json.dumps(schema.current_versions()))"],
+        [
+            sys.executable,
+            "-c",
+            "import json; from nkserde.schema import manifest; print(json.dumps(manifest.current_versions()))",
+        ],
         capture_output=True,
         text=True,
         check=True,

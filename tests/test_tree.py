@@ -1,4 +1,4 @@
-"""nkserde/tree.py and the tree codec: round trips of arrays of every
+"""nkserde/saving/snapshot.py and the tree codec: round trips of arrays of every
 storable dtype as numpy and as JAX arrays, of PRNG keys, Python scalars and
 nested containers.
 

@@ -13,9 +13,9 @@ import pytest
 
 import nkserde
 from nkserde import format as fileformat
-from nkserde import registry
+from nkserde.types import registry
 from nkserde.errors import MigrationError, NkserdeError, UnsupportedVersionError
-from nkserde.placement import ProcessValues
+from nkserde.types.placement import ProcessValues
 
 import scenarios  # tests/fixtures (pyproject's pythonpath)
 

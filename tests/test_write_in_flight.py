@@ -2,7 +2,7 @@
 run goes on while its state is copied to the host and written, and the
 Saver's one rule says when the run's thread waits for it.
 
-Device arrays are simulated on the CPU: with ``tree.HOST_PLATFORMS`` empty,
+Device arrays are simulated on the CPU: with ``snapshot.HOST_PLATFORMS`` empty,
 the snapshot treats the CPU's JAX arrays as a GPU's or TPU's (held, their
 copies to the host started and fetched by the write). Nothing is timed: the
 write is held back on purpose until the test lets it go."""
@@ -20,7 +20,7 @@ import pytest
 
 import builders
 import nkserde
-from nkserde import placement, tree
+from nkserde.saving import snapshot
 from nkserde.checkpoint.keep_policy import KeepLatest
 from nkserde.checkpoint.persist import background_write, saving
 from nkserde.checkpoint.persist.saving import Saver
@@ -73,10 +73,10 @@ def test_the_run_goes_on_while_its_checkpoint_is_copied_and_written(tmp_path, mo
     the run takes its next steps while the copy and the write are in
     flight, its thread never does either, and the checkpoint holds the
     parameters of its own step, not those the run has gone on to."""
-    monkeypatch.setattr(tree, "HOST_PLATFORMS", frozenset())
+    monkeypatch.setattr(snapshot, "HOST_PLATFORMS", frozenset())
     monkeypatch.setattr(saving, "LAG_FLOOR", float("inf"))  # the rule's floor never passes
     release, fetched_by = threading.Event(), []
-    fetch = placement.OnDevice.fetch
+    fetch = snapshot.OnDevice.fetch
 
     def held_fetch(self):
         if not fetched_by:  # the first checkpoint's copies, all started before its first fetch
@@ -85,15 +85,15 @@ def test_the_run_goes_on_while_its_checkpoint_is_copied_and_written(tmp_path, mo
         assert release.wait(300), "the write was never let go"
         return fetch(self)
 
-    monkeypatch.setattr(placement.OnDevice, "fetch", held_fetch)
+    monkeypatch.setattr(snapshot.OnDevice, "fetch", held_fetch)
     copies_started_by, first_copies_by = [], []
-    start_copy = placement.OnDevice.start_copy
+    start_copy = snapshot.OnDevice.start_copy
 
     def logged_start_copy(self):
         copies_started_by.append(threading.current_thread().name)
         start_copy(self)
 
-    monkeypatch.setattr(placement.OnDevice, "start_copy", logged_start_copy)
+    monkeypatch.setattr(snapshot.OnDevice, "start_copy", logged_start_copy)
     driver = builders.vmc()
     ckpt = nkserde.Checkpoint(tmp_path, every=EVERY, keep=10)
     watch = Watch(ckpt, release, steps_held=3)
@@ -114,11 +114,11 @@ def test_the_run_goes_on_while_its_checkpoint_is_copied_and_written(tmp_path, mo
 def test_a_save_starts_every_copy_before_it_waits_for_one(tmp_path, monkeypatch):
     """The copies of a snapshot's device arrays cross together: the write
     starts all of them, then waits for each."""
-    monkeypatch.setattr(tree, "HOST_PLATFORMS", frozenset())
+    monkeypatch.setattr(snapshot, "HOST_PLATFORMS", frozenset())
     events = []
-    start_copy, fetch = placement.OnDevice.start_copy, placement.OnDevice.fetch
-    monkeypatch.setattr(placement.OnDevice, "start_copy", lambda self: events.append("start") or start_copy(self))
-    monkeypatch.setattr(placement.OnDevice, "fetch", lambda self: events.append("fetch") or fetch(self))
+    start_copy, fetch = snapshot.OnDevice.start_copy, snapshot.OnDevice.fetch
+    monkeypatch.setattr(snapshot.OnDevice, "start_copy", lambda self: events.append("start") or start_copy(self))
+    monkeypatch.setattr(snapshot.OnDevice, "fetch", lambda self: events.append("fetch") or fetch(self))
     driver = builders.vmc()
     nkserde.save(driver, tmp_path / "driver.nks")
     arrays = len(jax.tree.leaves(driver.state.parameters))

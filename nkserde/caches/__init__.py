@@ -22,6 +22,9 @@ bounded apart from JAX's entries.
 Importing this package imports neither JAX, numba nor NetKet (``import
 nkserde`` installs the automatic cache from here); :func:`use` imports
 what it sets.
+
+Imports: jax_internals, netket/ (its internals: a jax LocalOperator's
+tables).
 """
 
 from __future__ import annotations

@@ -16,7 +16,12 @@ complete), in rooms:
 Only callback.py, wrapper.py, options.py (the default final_stops),
 run.py, persist/ and fingerprint/ know NetKet; job/ knows signals, clocks
 and SLURM. The directory's files and what a checkpoint file holds are
-nkserde.checkpoint_files's (below ``api``; the command line reads them).
+nkserde.checkpoint_files's (the command line reads them too); it saves
+through the save line (nkserde/saving/) and resumes through the load
+(nkserde/loading/), as a user does, never through the public API module.
+
+Imports: errors, _log, _warnings, jax_internals, types/, format/,
+processes/, netket/, caches/, checkpoint_files/, saving/, loading/.
 """
 
 import importlib

@@ -50,14 +50,12 @@ from ..netket import internals, run_loop
 from ..processes.jax_service import multi_process
 from ..processes.lost_processes import lost_process
 from .job import control as job_control, slurm
-from .persist import restore, saving
+from .persist import restore
 from .job.interruptions import Interruptions
 from .job.control import EXIT_INTERRUPTED, LOCK_LOST, WALLTIME
-from .persist.logger_histories import HistoryAppender
-from .options import CheckpointOptions, signature
-from .process_runs import PROCESS_RUNS
+from .options import CheckpointOptions, signature, with_options_described
 from .persist.saving import Saver
-from .run import NothingToDo, ReachedTarget, Run, how_it_ended
+from .run import Run, how_it_ended
 
 
 class Checkpoint(nk.callbacks.AbstractCallback):
@@ -65,63 +63,11 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     Args:
       directory: where the checkpoints go (created when the run starts).
-      every: when to checkpoint (and always at the end): every ``every``
-        completed steps (an int: :class:`~nkserde.EverySteps`); every so
-        much wall-clock time (``"90s"``, ``"15min"``, ``"2h"``, a
-        ``timedelta``: :class:`~nkserde.EveryDuration`); ``"auto"``, as
-        often as keeps checkpointing within 1% of the run
-        (:class:`~nkserde.WithinBudget`, which takes another budget and the
-        machine's mean time between failures); or policies combined,
-        ``EverySteps(100) | EveryDuration("15min")``: whichever comes first.
-      keep: how many of the newest checkpoints to keep (an int:
-        :class:`~nkserde.KeepLatest`), or a keep policy,
-        ``KeepLatest(3) | KeepMultiples(1000)``. The newest is always kept.
-      resume: ``"auto"`` (resume if there is a checkpoint of the same run,
-        refuse if the script changed), ``"force"`` (resume even if the
-        fingerprint changed, where shapes allow), ``"never"`` (start fresh;
-        old checkpoints are moved to ``previous-<time>/``, never deleted),
-        ``"must"`` (fail if there is nothing to resume).
-      loggers: loggers whose history to checkpoint besides those of the run
-        (loggers passed as ``out=`` are found automatically).
-      async_save: take a snapshot and write it in a background thread at
-        the lowest CPU priority while the run goes on (arrays in a GPU's or
-        TPU's memory are held and copied to the host there); the next
-        checkpoint, the run's end, a stop and a failure wait for it, and so
-        does a step's end once it has been in flight for longer than 1 s
-        and twice the write before it (with several processes: the end of
-        the step it was taken in): a kill loses at most the checkpoint in
-        flight.
-      final_stops: callback types whose StopRun ends the run for good
-        (convergence criteria); a StopRun of any other callback (e.g.
-        ``nk.callbacks.Timeout``) is an interruption that the next run of
-        the script resumes.
-      on_write_error: ``"warn"`` (a checkpoint that cannot be written costs
-        that checkpoint: one warning naming it and the newest on disk, and
-        the run goes on) or ``"raise"`` (the run stops with the
-        NkserdeError). The checkpoints already written stay either way.
-      job: the job around the run (:class:`~nkserde.JobOptions`: the
-        signals that stop it with a checkpoint, the walltime it stops
-        before, whether it requeues its SLURM job; docs/guides/slurm.md).
-      init_from: a file or checkpoint directory of *another* run whose
-        variational state this run starts from while ``directory`` has no
-        checkpoint of its own (a warm start, a quench from a ground state),
-        or an :class:`~nkserde.InitFrom` saying which part and how; the run
-        keeps its own fingerprint, optimizer state and step count.
-      compile_cache: ``"auto"`` (the directory the script gave
-        ``nkserde.compilation_cache()``, else the user's cache directory),
-        a directory, or None (the Checkpoint sets no cache of its own):
-        JAX's compiled code, numba's of NetKet's kernels and the
-        fingerprint's probes outlive the process, so a resumed run does
-        not compile again (:mod:`nkserde.caches`). ``import nkserde``
-        already caches what compiles from NetKet's import on (the
-        template's build included); the Checkpoint sets its setting when
-        each run starts: making one changes nothing in the process.
-        ``NKSERDE_COMPILATION_CACHE=off`` turns every cache off.
-
-    The options of earlier releases (``budget``, ``mtbf``, ``keep_every``,
-    ``walltime``, ``requeue``, ``requeue_on_error``, ``signals``, ``at``,
-    ``strict``, ``rename``) still work, with a FutureWarning naming the
-    object they now configure.
+      **options: ``every``, ``keep``, ``resume``, ``loggers``, ``async_save``,
+        ``final_stops``, ``on_write_error``, ``job``, ``init_from``,
+        ``compile_cache``, and those of earlier releases; each said where
+        it is declared (:class:`~nkserde.checkpoint.options.CheckpointOptions`),
+        and shown here by help() and the API page.
 
     Every option is checked here (``ValueError`` naming it, what it may be
     and what it was) and kept, checked, in ``options``. After
@@ -208,13 +154,8 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         end_step = run_loop.fix_target_step(driver) if run_loop.target(driver) is None else None
         self._files.create()  # CheckpointDirectoryError: it became unusable since Checkpoint(...)
         try:
-            run = Run(*restore.run_objects(self.options.loggers, checkpoints=Checkpoint), end_step)
-            run.histories = HistoryAppender(self.directory)
             self.resumed_from, self.interrupted = None, None
-            self.resumed_from = restore.resume(driver, run, self._files, self.options)
-            saving.check_storable(driver, run, self.directory)
-            # nothing of this run to save until it completes a step
-            run.completed = run.last_saved = driver.step_count
+            run, self.resumed_from = restore.begin(driver, self._files, self.options, end_step, checkpoints=Checkpoint)
             run.plan_saves(self.options.every, time.monotonic(), processes=jax.process_count())
             self._interruptions.start(run)
             run.resume_times = [started, time.monotonic()] if self.resumed_from is not None else None
@@ -240,28 +181,13 @@ class Checkpoint(nk.callbacks.AbstractCallback):
 
     def on_step_start(self, step, log_data, driver):
         run = self._run
-        if run is None:
+        if run is None or not run.at_step_start(driver.step_count):  # (not at a step boundary)
             return
-        if run.changing is not None and driver.step_count == run.changing:
-            # a rejected attempt of the same step starts again (adaptive
-            # integrators): not a step boundary, the driver is mid-step
-            return
-        # Every callback has finished the previous step and NetKet has
-        # counted it: the driver is exactly `step_count` steps in.
-        run.changing = run.dirty_step = None
-        if driver.step_count > run.completed:
-            PROCESS_RUNS.count_step()
-        run.completed = driver.step_count
         now = time.monotonic()
         run.steps.started(now, measured=self._interruptions.step_started(now))
         if run.resume_times is not None:
             restore.report_resume(run, now, self.directory)
-        if run.end_step is not None and driver.step_count >= run.end_step:
-            # NetKet 3.22's loop, resumed, would run on past the end (see
-            # run_loop.fix_target_step)
-            raise ReachedTarget(f"step {driver.step_count}, the end of this run() call")
-        if run.nothing_to_do:  # raised here, once every callback has started
-            raise NothingToDo(f"the checkpointed run already stopped at step {driver.step_count}: nothing to do")
+        run.check_end()
         if self._interruptions.take_interrupt():  # Ctrl-C during the end of the step just completed
             if run.unsaved:
                 self._save(driver, asynchronous=False)
@@ -281,9 +207,7 @@ class Checkpoint(nk.callbacks.AbstractCallback):
             raise nk.callbacks.StopRun(f"{what}: checkpointed step {run.completed} in {self.directory}")
         if run.unsaved and run.save_due(now):
             self._save(driver, asynchronous=self.options.async_save)
-            run.schedule.taken(now)
-            if run.next_save is not None:
-                run.agree_on_next_save(self.directory)
+            run.checkpoint_taken(now, self.directory)
             if self._interruptions.take_interrupt():  # Ctrl-C during that (synchronous) save: it is written
                 raise KeyboardInterrupt
 
@@ -375,16 +299,22 @@ class Checkpoint(nk.callbacks.AbstractCallback):
         """The run's end, whatever ended it; returns its job."""
         self._run = None
         job = self._interruptions.end()
-        unreleased = self._files.lock.release()
-        if unreleased is not None:  # a read-only file system: never an exception at the run's end
-            warnings.warn(
-                f"nkserde: {self.directory}: releasing the lock {self._files.lock.path.name} failed: "
-                f"{unreleased.strerror or unreleased}; a later run on this host takes it over once this "
-                "process has ended",
-                stacklevel=outside(),
-            )
+        _release_lock(self._files)
         self._saver.finish(raise_write_error)
         return job
+
+
+def _release_lock(files: RunDirectory) -> None:
+    """The directory's lock released; a failure (a read-only file system)
+    warned about, never an exception at the run's end."""
+    unreleased = files.lock.release()
+    if unreleased is not None:
+        warnings.warn(
+            f"nkserde: {files.path}: releasing the lock {files.lock.path.name} failed: "
+            f"{unreleased.strerror or unreleased}; a later run on this host takes it over once this "
+            "process has ended",
+            stacklevel=outside(),
+        )
 
 
 def _use_compile_cache(setting) -> None:
@@ -403,3 +333,4 @@ def _use_compile_cache(setting) -> None:
 # NetKet's callbacks are Pytrees, whose metaclass shows (*args, **kwargs):
 # help(), IDEs and the API page show the options, from their one declaration
 Checkpoint.__signature__ = signature("directory")
+Checkpoint.__doc__ = with_options_described(Checkpoint.__doc__)

@@ -57,7 +57,68 @@ class InitFrom:
 @dataclass(frozen=True)
 class CheckpointOptions:
     """Every option of a Checkpoint, checked; the defaults are a
-    Checkpoint's (its docstring says what each means)."""
+    Checkpoint's, and so is what each means (its docstring shows them,
+    from here: :func:`with_options_described`).
+
+    Attributes:
+      every: when to checkpoint (and always at the end): every ``every``
+        completed steps (an int: :class:`~nkserde.EverySteps`); every so
+        much wall-clock time (``"90s"``, ``"15min"``, ``"2h"``, a
+        ``timedelta``: :class:`~nkserde.EveryDuration`); ``"auto"``, as
+        often as keeps checkpointing within 1% of the run
+        (:class:`~nkserde.WithinBudget`, which takes another budget and the
+        machine's mean time between failures); or policies combined,
+        ``EverySteps(100) | EveryDuration("15min")``: whichever comes first.
+      keep: how many of the newest checkpoints to keep (an int:
+        :class:`~nkserde.KeepLatest`), or a keep policy,
+        ``KeepLatest(3) | KeepMultiples(1000)``. The newest is always kept.
+      resume: ``"auto"`` (resume if there is a checkpoint of the same run,
+        refuse if the script changed), ``"force"`` (resume even if the
+        fingerprint changed, where shapes allow), ``"never"`` (start fresh;
+        old checkpoints are moved to ``previous-<time>/``, never deleted),
+        ``"must"`` (fail if there is nothing to resume).
+      loggers: loggers whose history to checkpoint besides those of the run
+        (loggers passed as ``out=`` are found automatically).
+      async_save: take a snapshot and write it in a background thread at
+        the lowest CPU priority while the run goes on (arrays in a GPU's or
+        TPU's memory are held and copied to the host there); the next
+        checkpoint, the run's end, a stop and a failure wait for it, and so
+        does a step's end once it has been in flight for longer than 1 s
+        and twice the write before it (with several processes: the end of
+        the step it was taken in): a kill loses at most the checkpoint in
+        flight.
+      final_stops: callback types whose StopRun ends the run for good
+        (convergence criteria); a StopRun of any other callback (e.g.
+        ``nk.callbacks.Timeout``) is an interruption that the next run of
+        the script resumes.
+      on_write_error: ``"warn"`` (a checkpoint that cannot be written costs
+        that checkpoint: one warning naming it and the newest on disk, and
+        the run goes on) or ``"raise"`` (the run stops with the
+        NkserdeError). The checkpoints already written stay either way.
+      job: the job around the run (:class:`~nkserde.JobOptions`: the
+        signals that stop it with a checkpoint, the walltime it stops
+        before, whether it requeues its SLURM job; docs/guides/slurm.md).
+      init_from: a file or checkpoint directory of *another* run whose
+        variational state this run starts from while ``directory`` has no
+        checkpoint of its own (a warm start, a quench from a ground state),
+        or an :class:`~nkserde.InitFrom` saying which part and how; the run
+        keeps its own fingerprint, optimizer state and step count.
+      compile_cache: ``"auto"`` (the directory the script gave
+        ``nkserde.compilation_cache()``, else the user's cache directory),
+        a directory, or None (the Checkpoint sets no cache of its own):
+        JAX's compiled code, numba's of NetKet's kernels and the
+        fingerprint's probes outlive the process, so a resumed run does
+        not compile again (:mod:`nkserde.caches`). ``import nkserde``
+        already caches what compiles from NetKet's import on (the
+        template's build included); the Checkpoint sets its setting when
+        each run starts: making one changes nothing in the process.
+        ``NKSERDE_COMPILATION_CACHE=off`` turns every cache off.
+
+    The options of earlier releases (``budget``, ``mtbf``, ``keep_every``,
+    ``walltime``, ``requeue``, ``requeue_on_error``, ``signals``, ``at``,
+    ``strict``, ``rename``) still work, with a FutureWarning naming the
+    object they now configure.
+    """
 
     every: SavePolicy = 50  # an int, a duration, "auto" or a SavePolicy: a SavePolicy once checked
     keep: KeepPolicy = 3  # an int or a KeepPolicy: a KeepPolicy once checked
@@ -141,6 +202,16 @@ def _deprecated(given: dict, spelling: str, *names: str) -> None:
         FutureWarning,
         stacklevel=outside(),
     )
+
+
+def with_options_described(doc: str) -> str:
+    """``doc`` (Checkpoint's docstring) with what each option means, from
+    :class:`CheckpointOptions`, in place of its ``**options`` entry, as
+    help(), IDEs and the API page show it: the options are described
+    once, where they are declared."""
+    described = CheckpointOptions.__doc__.split("    Attributes:\n", 1)[1].rstrip() + "\n"
+    start = doc.index("      **options: ")
+    return doc[:start] + described + doc[doc.index("\n\n", start) + 1 :]
 
 
 def signature(*leading: str) -> inspect.Signature:

@@ -13,6 +13,7 @@ import netket as nk
 
 from ..netket import internals, run_loop
 from ..processes.jax_service import coordination_name, on_process_0
+from .process_runs import PROCESS_RUNS
 from .save_policy import SaveSchedule
 from .step_times import StepTimes
 
@@ -23,10 +24,11 @@ class Run:
     driver; ``end_step`` is where to stop a loop that would run past its
     end (NetKet 3.22), None where NetKet stops it."""
 
-    def __init__(self, loggers: tuple, callbacks: tuple, end_step: int | None):
+    def __init__(self, loggers: tuple, callbacks: tuple, end_step: int | None, target=None):
         self.loggers = loggers
         self.callbacks = callbacks
         self.end_step = end_step
+        self.target = target  # where this run() call ends (steps; TDVP: its final time), as NetKet fixed it
         self.completed = 0  # steps the driver has completed
         self.last_saved: int | None = None  # step of the newest checkpoint submitted
         self.dirty_step: int | None = None  # the step whose update has begun, until it completes
@@ -40,6 +42,31 @@ class Run:
         self.next_save: int | None = None  # several processes, every not in steps: process 0's decision
         self.snapshot_seconds = 0.0  # the run's own time in its last checkpoint's start
         self.resume_times: list | None = None  # a resumed run's times, until it is told (see restore.report_resume)
+
+    def at_step_start(self, step_count: int) -> bool:
+        """A step of the driver starts at ``step_count``: whether it is a
+        step boundary, where every callback has finished the previous step
+        and NetKet has counted it (the driver is exactly ``step_count``
+        steps in); not where a rejected attempt of the same step starts
+        again (adaptive integrators: the driver is mid-step)."""
+        if self.changing is not None and step_count == self.changing:
+            return False
+        self.changing = self.dirty_step = None
+        if step_count > self.completed:
+            PROCESS_RUNS.count_step()
+        self.completed = step_count
+        return True
+
+    def check_end(self) -> None:
+        """Raises the stop of a run() call that has nothing more to do at
+        this step boundary (once every callback has started): its end,
+        where NetKet 3.22's loop, resumed, would run on past it (see
+        run_loop.fix_target_step), or a resume of a run that had stopped
+        for good."""
+        if self.end_step is not None and self.completed >= self.end_step:
+            raise ReachedTarget(f"step {self.completed}, the end of this run() call")
+        if self.nothing_to_do:
+            raise NothingToDo(f"the checkpointed run already stopped at step {self.completed}: nothing to do")
 
     def plan_saves(self, every, now: float, *, processes: int) -> None:
         """The run starts at step ``completed``, checkpointed as ``every``
@@ -62,6 +89,14 @@ class Run:
         if self.next_save is not None:  # several processes, a time interval: process 0's decision
             return self.completed >= self.next_save
         return self.schedule.due(self.completed, now)
+
+    def checkpoint_taken(self, now: float, directory) -> None:
+        """The run took a checkpoint of its schedule at ``now``: the next
+        one is planned from there (with several processes and a policy of
+        time, decided by process 0)."""
+        self.schedule.taken(now)
+        if self.next_save is not None:
+            self.agree_on_next_save(directory)
 
     def agree_on_next_save(self, directory) -> None:
         """The step of the next checkpoint, decided by process 0 from its

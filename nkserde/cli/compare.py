@@ -1,7 +1,7 @@
 """Two files compared entry by entry: what ``nkserde diff`` reports.
 
 Both files are read whole and brought to today's names and schema versions
-(:func:`nkserde.file_migration.current_state_dict`), so a file of an older
+(:func:`nkserde.schema.migrate.current_state_dict`), so a file of an older
 format or schema compares with a new one. A checkpoint written by
 ``Checkpoint`` compared with a file of a driver alone compares its driver.
 """
@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import api, nested
+from ..types import nested
 from ..checkpoint_files import content as checkpoint_file, directory
 from ..errors import format_path
-from ..file_migration import current_state_dict
-from ..placement import ProcessValues
+from ..loading.file_info import info, jsonable
+from ..schema.migrate import current_state_dict
+from ..types.placement import ProcessValues
 
 
 def _read(path: Path, kept: list):
@@ -160,8 +161,8 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wa
     flat_a = {p: v for p, v in flat_a.items() if p not in left_out}
     flat_b = {p: v for p, v in flat_b.items() if p not in left_out}
     result = {
-        "a": {"path": str(fa), "info": api.info(fa), "kept_versions": [_kept_version_entry(k) for k in ka]},
-        "b": {"path": str(fb), "info": api.info(fb), "kept_versions": [_kept_version_entry(k) for k in kb]},
+        "a": {"path": str(fa), "info": info(fa), "kept_versions": [_kept_version_entry(k) for k in ka]},
+        "b": {"path": str(fb), "info": info(fb), "kept_versions": [_kept_version_entry(k) for k in kb]},
         "only_in_a": [p for p in flat_a if p not in flat_b],
         "only_in_b": [p for p in flat_b if p not in flat_a],
         "changed_layout": [],
@@ -190,7 +191,7 @@ def diff(path_a, path_b, *, atol: float = 0.0, rtol: float = 0.0, exclude=(), wa
         elif _is_array(a) or _is_array(b):
             result["changed_layout"].append({"path": p, "a": _layout(a), "b": _layout(b)})
         elif not _scalar_equal(a, b) and not _close_scalars(a, b, atol, rtol):
-            result["changed_scalars"].append({"path": p, "a": api.jsonable(a), "b": api.jsonable(b)})
+            result["changed_scalars"].append({"path": p, "a": jsonable(a), "b": jsonable(b)})
     result["same"] = not any(
         result[k] for k in ("only_in_a", "only_in_b", "changed_layout", "changed_values", "changed_scalars")
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 from rich.text import Text
 
-from .. import file_info
+from ..loading import file_info
 from .. import format as fileformat
 from ..format import foreign
 from .command_error import existing, existing_file

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import file_info
+from ..loading import file_info
 from ..checkpoint_files import content as checkpoint_file, directory as directory_layout
 from .. import format as fileformat
 from ..errors import CorruptFileError, NkserdeError

@@ -11,7 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from .. import file_info, schema
+from ..loading import file_info
+from ..schema import manifest
 from .. import format as fileformat
 from ..format.atomic import fsync_directory
 from .command_error import CommandError, existing_file
@@ -46,7 +47,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def _planned_changes(path: Path) -> tuple[dict, list[dict]]:
     info = file_info.info(path)
-    return info, schema.newer_versions(info.get("types") or {})
+    return info, manifest.newer_versions(info.get("types") or {})
 
 
 def _make_durable(path: Path) -> None:
@@ -87,15 +88,16 @@ def cmd_migrate(args) -> int:
     template = _template(args.template) if args.template else None
     if args.dry_run:
         if template is not None:
-            from .. import api
+            from .. import netket as _registrations  # noqa: F401  (NetKet's types, as the migration has them)
+            from ..loading.load import load
 
-            api.load(template, src)  # raises now what the migration would raise
+            load(template, src)  # raises now what the migration would raise
         elif not result["up_to_date"]:
-            from ..file_migration import current_state_dict
+            from ..schema.migrate import current_state_dict
 
             current_state_dict(src)  # raises now what the migration would raise
     else:
-        from ..file_migration import migrate as migrate_file
+        from ..schema.migrate import migrate as migrate_file
 
         if args.in_place:
             backup = _backup_path(src)

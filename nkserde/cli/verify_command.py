@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .. import file_info
+from ..loading import file_info
 from ..checkpoint_files import directory
 from ..errors import NkserdeError
 from ..format import foreign

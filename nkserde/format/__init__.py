@@ -17,6 +17,9 @@ Layout of a file (all integers little-endian)::
 The header sits after the payload so that a save is one streaming pass: the
 stored length of a compressed array is only known once it has been written.
 A reader reads the fixed-size trailer, then the header, then the arrays.
+
+Imports: errors, types/ (a state dict's values over processes and its
+walk; never the registry).
 """
 
 from .layout import FORMAT_VERSION, MAGIC

@@ -1,4 +1,5 @@
-"""Constants and fixed-size records of the nkserde file layout."""
+"""Constants and fixed-size records of the nkserde file layout, and what a
+file can hold: its dtypes (:data:`DTYPES`) and its text (:func:`check_text`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import struct
 from collections.abc import Iterator, Mapping
 
 import numpy as np
+
+from ..errors import UnregisteredTypeError, format_path
 
 MAGIC = b"\x89NKSERD\n"  # 8 bytes; the high first byte keeps it from reading as text
 END_MAGIC = b"NKSERDE\x00"
@@ -106,6 +109,20 @@ def dtype_name(dtype: np.dtype) -> str | None:
     array (a model of hundreds of small arrays, milliseconds a save)."""
     name = np.dtype(dtype).name
     return name if name in DTYPES else None
+
+
+def check_text(value, path, what: str) -> None:
+    """The header holds UTF-8 text: a key must be a str, and no text may hold
+    a lone surrogate (the one check of text, saving a state dict and
+    encoding a header alike)."""
+    if not isinstance(value, str):
+        raise UnregisteredTypeError(f"{format_path(path)}: {what} {value!r} is not a str")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate); store it as bytes"
+        ) from None
 
 
 def aligned_offset(offset: int, alignment: int = ALIGNMENT) -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import CorruptFileError
-from ..placement import ProcessValues, full_index
+from ..types.placement import ProcessValues, full_index
 from . import codecs, tree_codec
 from .array_read import aligned_empty, read_array, read_blocks
 from .checksum import streaming_checksum

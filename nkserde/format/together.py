@@ -26,7 +26,7 @@ from typing import Protocol
 import msgpack
 
 from ..errors import DistributedSaveError, NkserdeError, PeerLostError, in_file
-from ..placement import GlobalArray
+from ..types.placement import GlobalArray
 from .array_write import stored_dtype, stream_array_steps
 from .atomic import fsync_directory, remove_stale_temps, remove_temp, temp_name, write_error
 from .header import write_header
@@ -65,10 +65,13 @@ def _error_message(exc: BaseException) -> str:
 
 
 class TogetherWrite:
-    """One process's part of :func:`nkserde.format.writer.write_file_together`, step by step: round
-    1 (:meth:`_agree_on_layout`) then round 2 (:meth:`_write_and_publish`);
-    what each phase makes is a record (:class:`Encoded`, :class:`Layout`)
-    passed to the next."""
+    """One process's part of :func:`nkserde.format.writer.write_file_together`,
+    in the three stages of a write (nkserde/format/writer.py): :meth:`encode`
+    is round 1 (:meth:`_agree_on_layout`), :meth:`write` round 2 and process
+    0's region, :meth:`commit` round 3 (process 0 publishes the file); what
+    each phase makes is a record (:class:`Encoded`, :class:`Layout`) passed
+    to the next. Used as a context manager: process 0's temporary file is
+    removed unless the file was published."""
 
     def __init__(self, path: Path, tree, meta: dict, comm: Communicator):
         self.path, self.tree, self.meta, self.comm = path, tree, meta, comm
@@ -78,27 +81,44 @@ class TogetherWrite:
         self.file = None  # process 0's temporary file while it is written
         self.temp: Path | None = None
         self.region: tuple[list, int] | None = None  # process 0's (index, end) once its region is written
+        self.answer: dict | None = None  # process 0's answer to round 1: where each process writes
+        self.outcome: tuple[dict, BaseException | None] = ({}, None)  # process 0's region: round 3's message
 
-    def steps(self):
-        """The write as a generator of steps (rounds, and pieces of at most
-        ``codecs.CHUNK`` bytes of process 0's region), returning the path:
-        a background write that falls behind is finished by the run's
-        thread."""
-        try:
-            answer = self._agree_on_layout()
-            self.temp = self.path.parent / answer["temp"]
-            yield
-            self._write_blocks(answer["starts"])
-            yield
-            yield from self._write_and_publish(answer["region0_bytes"])
-        finally:
-            if self.rank == 0:
-                if self.file is not None:
-                    with contextlib.suppress(OSError):  # its unwritten buffer: the error is known
-                        self.file.close()
-                if self.temp is not None:
-                    remove_temp(self.temp)  # gone already after a rename
+    def encode(self) -> None:
+        """Round 1: each process encodes its part, process 0 checks that
+        they agree, lays out the file and creates it."""
+        self.answer = self._agree_on_layout()
+        self.temp = self.path.parent / self.answer["temp"]
+
+    def write(self):
+        """Steps: round 2 (the other processes write their blocks and
+        fsync them), then process 0 writes its region in pieces of at most
+        ``codecs.CHUNK`` bytes (a background write that falls behind is
+        finished by the run's thread)."""
+        yield
+        self._write_blocks(self.answer["starts"])
+        yield
+        yield from self._write_region()
+        yield
+
+    def commit(self) -> Path:
+        """Round 3: process 0 publishes the file (or every process raises
+        the error of the one that failed). Returns the path."""
+        message, error = self.outcome
+        self._round(message, self._publish, "writing process 0's region", error, writing=self.answer["region0_bytes"])
         return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.rank == 0:
+            if self.file is not None:
+                with contextlib.suppress(OSError):  # its unwritten buffer: the error is known
+                    self.file.close()
+            if self.temp is not None:
+                remove_temp(self.temp)  # gone already after a rename
+        return False
 
     # -- round 1: encode, describe, check, lay out, create
 
@@ -170,20 +190,19 @@ class TogetherWrite:
         self._round(message, lambda messages: self._raise_first_error(messages, what) or {}, what, error,
                     writing=self.encoded.nbytes)  # fmt: skip
 
-    # -- round 3: process 0 writes its region and publishes the file
+    # -- then process 0 writes its region; round 3 publishes the file
 
-    def _write_and_publish(self, region0_bytes: int):
-        what = "writing process 0's region"
-        message, error = {}, None
-        if self.rank == 0:
-            try:
-                self.region = yield from self._write_region0()
-            except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
-                if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
-                    exc = write_error(self.path, f"{what}", exc)
-                message, error = {"error": _error_message(exc)}, exc
-        yield
-        self._round(message, self._publish, what, error, writing=region0_bytes)
+    def _write_region(self):
+        """Process 0's region, written; its error (any process's own, in
+        round 3) kept for :meth:`commit` to tell the others."""
+        if self.rank != 0:
+            return
+        try:
+            self.region = yield from self._write_region0()
+        except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
+            if isinstance(exc, OSError) and not isinstance(exc, NkserdeError):
+                exc = write_error(self.path, "writing process 0's region", exc)
+            self.outcome = ({"error": _error_message(exc)}, exc)
 
     def _write_own_blocks(self, start: int):
         if not self.temp.exists():

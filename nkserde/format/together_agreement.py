@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import msgpack
 
-from .. import nested
+from ..types import nested
 from ..errors import ProcessMismatchError, format_path
 from . import tree_codec
 

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import ProcessMismatchError, format_path
-from ..placement import GlobalArray
+from ..types.placement import GlobalArray
 from . import tree_codec
 from .array_write import bytes_of, prepare_block, stored_dtype
 from .checksum import checksum

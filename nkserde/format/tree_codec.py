@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import nested
+from ..types import nested
 from ..errors import UnregisteredTypeError, format_path
-from ..placement import GlobalArray, PerProcess, Primary, ProcessValues
+from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues
+from .layout import check_text
 
 ARRAY = "@array"
 STACKED = "@stacked"
@@ -33,7 +34,7 @@ _INT_MIN, _UINT_MAX = -(2**63), 2**64 - 1
 MAX_DEPTH = 128
 
 # The keys that mark a registered object in a stored tree: its type name
-# and schema version (nkserde.tree writes them; readers tell objects by them)
+# and schema version (the save's snapshot writes them; readers tell objects by them)
 TYPE, VERSION = "@type", "@version"
 MARKERS = (TYPE, VERSION)
 
@@ -143,20 +144,6 @@ def _scalar(value, path):
     if isinstance(value, complex):
         return {COMPLEX: [value.real, value.imag]}
     raise UnregisteredTypeError(f"{format_path(path)}: cannot store a value of type {type(value).__name__}")
-
-
-def check_text(value, path, what: str) -> None:
-    """The header holds UTF-8 text: a key must be a str, and no text may hold
-    a lone surrogate (the one check of text, saving a state dict and
-    encoding a header alike)."""
-    if not isinstance(value, str):
-        raise UnregisteredTypeError(f"{format_path(path)}: {what} {value!r} is not a str")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise UnregisteredTypeError(
-            f"{format_path(path)}: {what} {value!r:.80} is not valid Unicode text (a lone surrogate); store it as bytes"
-        ) from None
 
 
 def _encode_process_values(tree: ProcessValues, arrays: list, paths, path, types: dict | None) -> dict:

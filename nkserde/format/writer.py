@@ -1,24 +1,30 @@
 """Writers: one streaming pass, no in-memory copy of the state.
 
-:func:`write_file` is the one-process writer. :func:`write_file_together`
-is called by every process of a multi-process run with its own part of
-the state and writes one file, in two rounds of the Communicator it is
-given (an error on one process raises on all of them; the coordinator
-serves O(P)). The protocol, step by step, is described once, in
-docs/distributed.md ("Who writes what");
-:class:`nkserde.format.together.TogetherWrite` follows it phase by phase.
+A write is three stages, which the save line calls in order
+(nkserde/saving/line.py) and the entry points here call the same way:
+``encode()`` (the tree as the header's tree and the arrays to write),
+``write()`` (a generator of steps: the arrays streamed into a temporary
+file beside the target, the header after them), ``commit()`` (the
+temporary file fsynced and renamed over the target, the directory
+fsynced); used as a context manager, a write that does not commit leaves
+the target untouched and its temporary file removed.
 
-Both stream each array with nkserde.format.array_write and end the file
-with the header of nkserde.format.header.
+:class:`FileWrite` is one process's; :class:`TogetherWrite` (together.py)
+is every process's of a multi-process run, writing one file in rounds of
+the Communicator it is given (an error on one process raises on all of
+them; the coordinator serves O(P)). The protocol, step by step, is
+described once, in docs/distributed.md ("Who writes what").
+:func:`write_file` and :func:`write_file_together` are the entry points
+for a plain tree. Both stream each array with nkserde.format.array_write
+and end the file with the header of nkserde.format.header.
 """
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
-import numpy as np
-
-from ..placement import GlobalArray
+from ..types.placement import GlobalArray
 from . import tree_codec
 from .array_write import stored_dtype, stream_array_steps
 from .atomic import atomic_write
@@ -55,15 +61,37 @@ def write_file_steps(path, tree, meta: dict):
     finished by the run's own thread when it falls behind. A generator
     closed before its end leaves ``path`` untouched (the temporary file is
     removed)."""
-    path = Path(path)
-    arrays: list[np.ndarray] = []
-    paths: list = []
-    types: dict = {}
-    encoded = tree_codec.encode(tree, arrays, paths, types=types)
-    index = []
-    with atomic_write(path) as f:
+    with FileWrite(path, tree, meta) as write:
+        write.encode()
+        yield from write.write()
+        return write.commit()
+
+
+class FileWrite:
+    """One process's write of ``tree`` (a plain tree, see the package doc)
+    and ``meta`` to ``path``, in its three stages (see the module doc)."""
+
+    def __init__(self, path, tree, meta: dict):
+        self.path, self.tree, self.meta = Path(path), tree, meta
+        self.encoded = None  # (header tree, arrays, their paths, the stored types)
+        self._file = contextlib.ExitStack()  # the temporary file, until it is committed
+
+    def encode(self) -> None:
+        """The tree as the header's tree, the list of arrays to write (and
+        their paths) and the stored objects' types, which the metadata
+        lists."""
+        arrays, paths, types = [], [], {}
+        self.encoded = (tree_codec.encode(self.tree, arrays, paths, types=types), arrays, paths, types)
+
+    def write(self):
+        """Steps: the arrays streamed into a temporary file beside the
+        target, each from its own buffer (contiguous numpy arrays are not
+        copied), then the header."""
+        header, arrays, paths, types = self.encoded
+        f = self._file.enter_context(atomic_write(self.path))
         f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION, 0))
         position = PREAMBLE.size
+        index = []
         for array, where in zip(arrays, paths):
             if isinstance(array, GlobalArray):
                 raise TypeError("an array spread over processes needs write_file_together")
@@ -71,8 +99,21 @@ def write_file_steps(path, tree, meta: dict):
             entry, position = yield from stream_array_steps(f, array, position)
             index.append({"dtype": name, "shape": list(array.shape), "nbytes": array.nbytes, **entry})
             yield
-        write_header(f, position, encoded, index, {**meta, "types": types})
-    return path
+        write_header(f, position, header, index, {**self.meta, "types": types})
+
+    def commit(self) -> Path:
+        """The temporary file fsynced and renamed over the target, the
+        directory fsynced. Returns the path."""
+        self._file.close()
+        return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        # not committed (an error, a generator closed mid-write): the
+        # temporary file goes, the target stays as it was
+        return self._file.__exit__(*exc)
 
 
 # --------------------------------------------------------------------------- several processes
@@ -103,4 +144,7 @@ def write_file_together_steps(path, tree, meta: dict, comm: Communicator):
     """:func:`write_file_together` as a generator of steps returning the
     path (see :func:`write_file_steps`); every process must advance its
     own to the end."""
-    return (yield from TogetherWrite(Path(path), tree, meta, comm).steps())
+    with TogetherWrite(Path(path), tree, meta, comm) as write:
+        write.encode()
+        yield from write.write()
+        return write.commit()

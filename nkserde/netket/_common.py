@@ -12,7 +12,7 @@ import numpy as np
 
 from netket.utils.struct import Pytree
 
-from .. import registry
+from ..types import registry
 
 
 def find(*dotted: str):

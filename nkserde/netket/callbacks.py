@@ -21,9 +21,9 @@ import collections
 import netket as nk
 from netket.utils.struct import Pytree
 
-from .. import registry
+from ..types import registry
 from . import internals
-from ..registry import module_path
+from ..types.registry import module_path
 from ._common import find, refusing_to_drop_run_state, register_attributes
 
 _CALLBACK_BASE = find("netket.callbacks.AbstractCallback")  # NetKet >= 3.22

@@ -12,7 +12,7 @@ from __future__ import annotations
 import netket as nk
 from netket.utils.group import FiniteGroup
 
-from .. import registry
+from ..types import registry
 
 # operators and every other observable (NetKet keeps their common base private)
 _OBSERVABLE = next(

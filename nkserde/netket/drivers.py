@@ -16,7 +16,7 @@ import netket as nk
 import netket.experimental as nkx
 
 from .._warnings import outside
-from .. import registry
+from ..types import registry
 from ._common import find, register_attributes
 from .optimizers import after_one_update
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from netket.experimental.dynamics import Integrator
 
-from .. import registry
+from ..types import registry
 
 _STATE = {
     "t": "t",  # time, a Kahan-compensated sum {value, compensator}

@@ -21,7 +21,7 @@ import weakref
 import netket as nk
 from netket.utils.history import History, HistoryDict
 
-from .. import registry
+from ..types import registry
 from ._common import find
 
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import netket as nk
 
-from .. import registry
+from ..types import registry
 
 
 def after_one_update(optimizer, state, params):

@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 from netket.utils.struct import Pytree
 
-from .. import registry
+from ..types import registry
 from . import internals
-from ..registry import module_path
+from ..types.registry import module_path
 from ._common import attributes, find, refusing_to_drop_run_state, replace_record
 
 

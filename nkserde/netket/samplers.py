@@ -17,9 +17,9 @@ from netket.sampler.exact import ExactSamplerState
 from netket.sampler.metropolis_numpy import MetropolisNumpySamplerState
 from netket.sampler.parallel_tempering import ParallelTemperingSamplerState
 
-from .. import registry
+from ..types import registry
 from ..errors import TemplateMismatchError, format_path
-from ..placement import Resizable, per_process
+from ..types.placement import Resizable, per_process
 from . import internals
 from ._common import register_attributes
 

@@ -22,9 +22,9 @@ import netket as nk
 import numpy as np
 
 from .._warnings import outside
-from .. import registry
+from ..types import registry
 from ..errors import TemplateMismatchError
-from ..placement import PerProcess, per_process
+from ..types.placement import PerProcess, per_process
 from . import internals
 from ._common import find
 

@@ -7,4 +7,6 @@ NetKet:
                       its process count and index, NKSERDE_PEER_TIMEOUT
     peer_watch.py     each process keeps a TCP connection to one other: its loss heard
     lost_processes.py which errors of a run say that a process of it was lost
+
+Imports: errors, jax_internals.
 """

@@ -1,7 +1,7 @@
 """Checkpoint writes in the background: at most one in flight, its first
 error raised at the next call, every pending write finished at interpreter
 exit. Knows no files: it runs the steps of a write, which come from
-nkserde.api.
+the save line (nkserde/saving/line.py).
 
     writer = CheckpointWriter("ckpt")
     writer.submit(steps, asynchronous=True)   # returns at once
@@ -11,7 +11,7 @@ nkserde.api.
     writer.close()                            # its thread ends (the run's end)
 
 :class:`BackgroundWrite` advances a generator of write steps (see
-``api.save_state_dict_steps``: each step is at most a few MiB of I/O) from a
+``nkserde.saving.line.save_steps``: each step is at most a few MiB of I/O) from a
 :class:`WriteThread` at the lowest CPU priority, so on a quiet machine it
 uses only what the run leaves idle. On a busy node that thread can starve;
 then :meth:`BackgroundWrite.finish` lets the calling thread (the run's own,

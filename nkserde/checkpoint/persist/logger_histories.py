@@ -50,7 +50,7 @@ from ..._log import say
 from ...errors import CorruptFileError, NkserdeError, UnsupportedVersionError, in_file
 from ...format import history_log
 from ...format.tree_codec import TYPE, VERSION
-from ...placement import Primary, primary
+from ...types.placement import Primary, primary
 
 # the loggers whose "history" field is a list of time series (nkserde/netket/loggers.py)
 HISTORY_TYPES = frozenset({"netket.logging.RuntimeLog", "netket.logging.JsonLog"})

@@ -23,7 +23,6 @@ from pathlib import Path
 import jax
 import msgpack
 
-from ... import api
 from ...caches import jax_executables as jax_cache
 from ..._log import say
 from ..._warnings import outside
@@ -31,13 +30,30 @@ from ...checkpoint_files import content as checkpoint_file
 from ...checkpoint_files.directory import RunDirectory
 from ...errors import CorruptFileError, DistributedSaveError, NkserdeError, RunMismatchError, in_file
 from ...format import bounded
+from ...loading.file_info import info
+from ...loading.load import from_state_dict, load, load_state_dict
 from ...netket import internals, loggers as netket_loggers, run_loop
 from ...netket.callbacks import stateful
 from ...processes.jax_service import coordination_name, group, multi_process, on_process_0
+from ...types.registry import is_registered, stored_fields
 from .. import fingerprint as run_fingerprint
-from . import logger_histories
+from . import logger_histories, saving
 from ..options import CheckpointOptions, InitFrom
 from ..run import Run, keyed
+
+
+def begin(driver, files: RunDirectory, options: CheckpointOptions, end_step, *, checkpoints: type):
+    """``(run, resumed_from)``: the :class:`Run` of a run() call of
+    ``driver`` that starts, with its loggers and callbacks (but those of
+    type ``checkpoints``) and its history log, resumed (:func:`resume`),
+    checked to be storable; ``resumed_from``: the step it resumed from, or
+    None for a fresh start."""
+    run = Run(*run_objects(options.loggers, checkpoints=checkpoints), end_step, run_loop.target(driver))
+    run.histories = logger_histories.HistoryAppender(files.path)
+    resumed_from = resume(driver, run, files, options)
+    saving.check_storable(driver, run, files.path)
+    run.completed = run.last_saved = driver.step_count  # nothing of this run to save until it completes a step
+    return run, resumed_from
 
 
 def run_objects(extra_loggers, *, checkpoints: type) -> tuple[tuple, tuple]:
@@ -51,13 +67,13 @@ def run_objects(extra_loggers, *, checkpoints: type) -> tuple[tuple, tuple]:
     loggers += [c for c in callbacks if run_loop.is_logger(c)]
     loggers = list({id(x): x for x in [*loggers, *extra_loggers]}.values())
     for logger in loggers:
-        if not api.is_registered(logger):
+        if not is_registered(logger):
             warnings.warn(
                 f"nkserde: {type(logger).__name__} is not checkpointed: after a "
                 "resume its output may hold the steps after the checkpoint twice",
                 stacklevel=outside(),
             )
-    stored_loggers = tuple(x for x in loggers if api.is_registered(x))
+    stored_loggers = tuple(x for x in loggers if is_registered(x))
     # logger wrappers are handled through their loggers, in place
     stored_callbacks = tuple(
         c
@@ -96,7 +112,7 @@ def resume(driver, run: Run, files: RunDirectory, options: CheckpointOptions) ->
             start_from_another_run(driver, directory, options.init_from)
         return None
     path = Path(chosen)
-    state = chosen_here[1] if chosen_here else logger_histories.resolve(path, api.load_state_dict(path))
+    state = chosen_here[1] if chosen_here else logger_histories.resolve(path, load_state_dict(path))
     try:
         restore(driver, run, state)
     except NkserdeError as exc:
@@ -121,7 +137,7 @@ def _platform_change(path: Path) -> str:
     metadata says where; files of nkserde before it said nothing), else
     ``""``."""
     try:
-        written_on = api.info(path).get("platform")
+        written_on = info(path).get("platform")
     except (NkserdeError, OSError):
         return ""
     here = jax.default_backend()
@@ -141,7 +157,7 @@ def start_from_another_run(driver, directory, init_from: InitFrom) -> None:
         raise NkserdeError(f"{directory}: init_from={source}: no such file or directory")
     at = init_from.at if init_from.at is not None else _state_path(source)
     try:
-        new = api.load(driver.state, source, at=at, strict=init_from.strict, rename=init_from.rename)
+        new = load(driver.state, source, at=at, strict=init_from.strict, rename=init_from.rename)
     except NkserdeError as exc:
         raise in_file(exc, f"{directory}: init_from={source}") from None
     _assign(driver.state, new)
@@ -155,14 +171,14 @@ def restore(driver, run: Run, state) -> None:
     """The checkpoint ``state`` into the driver and the run's loggers and
     callbacks, in place. Everything is rebuilt (and any mismatch raised)
     before anything live is touched."""
-    new = api.from_state_dict(driver, state[checkpoint_file.DRIVER])
-    completed = api.from_state_dict(0, state[checkpoint_file.COMPLETED_STEPS])
+    new = from_state_dict(driver, state[checkpoint_file.DRIVER])
+    completed = from_state_dict(0, state[checkpoint_file.COMPLETED_STEPS])
     restored = []
     for kind, live in ((checkpoint_file.LOGGERS, run.loggers), (checkpoint_file.CALLBACKS, run.callbacks)):
         stored = state[kind]
         for key, obj in keyed(live).items():
             if key in stored:
-                restored.append((obj, api.from_state_dict(obj, stored[key])))
+                restored.append((obj, from_state_dict(obj, stored[key])))
             else:
                 warnings.warn(f"nkserde: {key} is not in the checkpoint; it starts empty", stacklevel=outside())
     # In place: the script's own variational state object gets the numbers.
@@ -201,10 +217,10 @@ def _state_path(source: Path) -> str | None:
     if source.is_dir():
         return "state"
     try:
-        root = api.info(source)["root_type"]
+        root = info(source)["root_type"]
     except (NkserdeError, OSError):
         return None  # not an nkserde file (NetKet's own), or unreadable: load says which
-    return "state" if root == checkpoint_file.ROOT_TYPE or "state" in api.stored_fields(root) else None
+    return "state" if root == checkpoint_file.ROOT_TYPE or "state" in stored_fields(root) else None
 
 
 def _assign(live, restored, skip=()):
@@ -318,4 +334,4 @@ def _read_whole(path: Path) -> dict:
     """The checkpoint's state dict, read whole (every checksum verified) with
     its loggers' histories from the history log: the read
     :func:`nkserde.checkpoint_files.directory.check` stands for."""
-    return logger_histories.resolve(path, api.load_state_dict(path))
+    return logger_histories.resolve(path, load_state_dict(path))

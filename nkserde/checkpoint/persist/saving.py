@@ -6,10 +6,11 @@ write that fails warned about or raised (``on_write_error``; a write that
 failed because a process of the run is gone always ends the run), a
 deletion that fails warned about apart.
 
-A save, synchronous or not, is one line of stages: the snapshot (the
-state dict, with the arrays in device memory held as they are, numpy
-memory the run may change copied), then the arrays to the host, encoded,
-written, committed and verified. An asynchronous save returns after the
+A checkpoint, synchronous or not, goes down nkserde's one save line
+(nkserde/saving/line.py): the snapshot (the state dict, with the arrays
+in device memory held as they are; here numpy memory the run may change
+is copied too), then the arrays to the host, encoded, written and
+committed; then verified. An asynchronous save returns after the
 snapshot; the rest, the copies from the device included, goes on in a
 background thread (CheckpointWriter's, one for all its writes) across as
 many steps as it needs.
@@ -47,17 +48,17 @@ import time
 import warnings
 
 import jax
-import numpy as np
 
-from ... import api, tree
 from ..._log import say
 from ..._warnings import outside
 from ...checkpoint_files import content as checkpoint_file
 from ...checkpoint_files.directory import RunDirectory
 from ...errors import NkserdeError, PeerLostError, in_file
-from ...netket import run_loop
-from ...placement import map_arrays, primary
+from ...loading import file_info
 from ...processes.jax_service import coordination_name, multi_process
+from ...saving import line
+from ...saving.snapshot import Snapshot, check_storable as _check_storable, private_copy, snapshot
+from ...types.placement import primary
 from ..run import Run, keyed
 from .background_write import CheckpointWriter
 
@@ -73,7 +74,7 @@ def payload(driver, run: Run, completed: int, stopped: bool = False) -> dict:
         stopped,
         # the end the run was going to (a final stop is continued by a
         # rerun that asks for more)
-        run_loop.target(driver),
+        run.target,
         loggers=primary(keyed(run.loggers)),
         callbacks=primary(keyed(run.callbacks)),
     )
@@ -83,7 +84,7 @@ def check_storable(driver, run: Run, directory) -> None:
     """Fails now, not at the first checkpoint ``every`` steps in, if
     something in the run cannot be stored."""
     try:
-        api.check_storable(payload(driver, run, driver.step_count))
+        _check_storable(payload(driver, run, driver.step_count))
     except NkserdeError as exc:
         raise in_file(exc, f"{directory}: this run cannot be checkpointed") from None
 
@@ -125,11 +126,11 @@ class Saver:
             # the write in flight appends to the history log: this one's rows start where it ended
             self.wait(run)
             self.settle()
-            state, held = tree.snapshot(payload(driver, run, completed, stopped))
+            state, held = snapshot(payload(driver, run, completed, stopped))
             # the loggers' rows since the last checkpoint, copied, to be appended to the history log
             state, history = run.histories.prepare(state, completed)
             if asynchronous:
-                state = host_copy(state)
+                state = private_copy(state)
             path = self.files.step_path(completed)
             try:
                 steps = self._write_steps(state, path, completed, history, held)
@@ -262,31 +263,8 @@ class Saver:
         # every process together; one write in flight, so one key sequence for the directory
         sequence = coordination_name("checkpoint:save", self.files.path)
         root = checkpoint_file.ROOT_TYPE
-        yield from api.save_state_dict_steps(state, path, root_type=root, sequence=sequence, held=held)
+        yield from line.save_steps(Snapshot(state, held), path, root_type=root, sequence=sequence)
         if jax.process_index() == 0:  # directory upkeep is process 0's
-            yield from api.verify_steps(path)  # only a verified checkpoint may retire older ones
+            yield from file_info.verify_steps(path)  # only a verified checkpoint may retire older ones
             # a deletion that fails is not a failure of this write: said apart
             self.files.retire(self.keep, completed, failed=self._retire_failures)
-
-
-def host_copy(state):
-    """The state dict with a private copy of every array the run could change
-    before the background write reads it. Read-only views of JAX buffers are
-    kept as they are: a JAX array is immutable and the view keeps its buffer
-    alive (NetKet donates no buffers), so copying them would only cost time.
-    Everything backed by numpy memory (numpy sampler chains, logger
-    histories) is copied."""
-    return map_arrays(lambda a: a if _immutable_view(a) else np.array(a, copy=True), state)
-
-
-def _immutable_view(a: np.ndarray) -> bool:
-    if a.flags.writeable:
-        return False
-    base = a
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if isinstance(base, memoryview):  # np.asarray(jax_array) on CPU: a view of its buffer
-        base = base.obj
-    # None: numpy owns the memory (a read-only flag can be lifted again);
-    # bytearrays and mmaps can be written elsewhere. A JAX array cannot.
-    return isinstance(base, jax.Array)

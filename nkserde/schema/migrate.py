@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import api, file_info, migrations, registry, tree
-from .checkpoint_files import content as checkpoint_file
-from . import format as fileformat
-from .errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
-from .placement import ProcessValues
-from .format import tree_codec
-from .format.tree_codec import TYPE, VERSION
+from .. import netket as _registrations  # noqa: F401  (today's versions of NetKet's types)
+from ..loading import file_info
+from ..loading.load import load, written_by
+from ..saving.line import new_meta
+from ..saving.snapshot import to_state_dict
+from ..types import migrations, registry
+from ..checkpoint_files import content as checkpoint_file
+from .. import format as fileformat
+from ..errors import CorruptFileError, MigrationError, NkserdeError, UnsupportedVersionError, format_path, in_file
+from ..types.placement import ProcessValues
+from ..format import tree_codec
+from ..format.tree_codec import TYPE, VERSION
 
 
 def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
@@ -53,20 +58,20 @@ def migrate(src, dst=None, *, template=None, overwrite: bool = False) -> Path:
         and not checkpoint_file.is_checkpoint_template(template)
     ):
         # a Checkpoint file: the driver through the template, the rest as stored
-        driver = tree.to_state_dict(api.load(template, src))
+        driver = to_state_dict(load(template, src))
         state = {**state, checkpoint_file.DRIVER: driver}
     elif template is not None:  # load names the file in its errors
-        state = tree.to_state_dict(api.load(template, src))
+        state = to_state_dict(load(template, src))
     try:
         state = _upgrade(state, ())
     except MigrationError as exc:
         raise needs_template(src, exc, old_meta) from None
     except UnsupportedVersionError as exc:
-        raise in_file(exc, src, api.written_by(old_meta)) from None
+        raise in_file(exc, src, written_by(old_meta)) from None
     except NkserdeError as exc:
         raise in_file(exc, src) from None
     meta = {
-        **api.new_meta(state, old_meta.get("root_type", "dict")),
+        **new_meta(state, old_meta.get("root_type", "dict")),
         "process_count": old_meta.get("process_count", 1),
         "migrated_from": {
             "format_version": header.get("format_version"),
@@ -80,7 +85,7 @@ def needs_template(path, exc: MigrationError, meta) -> MigrationError:
     """A migration that needs the loaded object, met without a template:
     the error, and how to give one."""
     return MigrationError(
-        f"{path}: {exc}{api.written_by(meta)}; migrate the file with a template built as the saved object "
+        f"{path}: {exc}{written_by(meta)}; migrate the file with a template built as the saved object "
         f'was: nkserde.migrate("{path}", template=build_driver()), or on the command line nkserde migrate '
         f"{path} --template your_script.py:build_driver (a function of your script that builds it)"
     )
@@ -101,7 +106,7 @@ def current_state_dict(path, *, kept: list | None = None) -> object:
     except MigrationError as exc:
         raise needs_template(path, exc, header.get("meta")) from None
     except UnsupportedVersionError as exc:
-        raise in_file(exc, path, api.written_by(header.get("meta"))) from None
+        raise in_file(exc, path, written_by(header.get("meta"))) from None
     except NkserdeError as exc:
         raise in_file(exc, path) from None
 

@@ -13,10 +13,10 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Mapping
 
-from . import nested
-from ._warnings import outside
-from .format import tree_codec
-from .errors import NkserdeError, NoSuchPathError, format_path
+from ..types import nested
+from .._warnings import outside
+from ..format import tree_codec
+from ..errors import NkserdeError, NoSuchPathError, format_path
 
 
 # what each kind of report entry means for the loaded object

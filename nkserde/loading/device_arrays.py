@@ -1,5 +1,5 @@
 """A file's arrays on the template's devices, for the load walk
-(tree_load.py) and foreign_load.py: :func:`to_device` gives an array the
+(walk.py) and NetKet's own files (netket_files.py): :func:`to_device` gives an array the
 template's sharding and weak type, :class:`LocalBlocks` reads this
 process's blocks of a state dict's array spread over processes, and
 :func:`replicated` is the layout of a value loaded without a template."""
@@ -9,11 +9,11 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from . import jax_internals
-from .errors import TemplateMismatchError, format_path
-from .format.layout import dtype_name
-from .format.reader import LazyArray, materialize
-from .placement import GlobalArray
+from .. import jax_internals
+from ..errors import TemplateMismatchError, format_path
+from ..format.layout import dtype_name
+from ..format.reader import LazyArray, materialize
+from ..types.placement import GlobalArray
 
 
 class LocalBlocks(LazyArray):

@@ -1,15 +1,16 @@
 """The registrations nkserde brings besides NetKet's: JAX's typed PRNG keys
 and NamedTuples (optax's states among them), stored under the names and
 schemas docs/schema.md lists, through the calls any other registration
-uses (``registry.register``, ``registry.add_rule``). Imported by tree.py,
-before any walk."""
+uses (``registry.register``, ``registry.add_rule``). Imported by the walks
+of a save and of a load (saving/snapshot.py, loading/walk.py), before any
+walk."""
 
 from __future__ import annotations
 
 import jax
 
 from . import registry
-from .errors import TemplateMismatchError
+from ..errors import TemplateMismatchError
 
 
 class KeyArray:

@@ -10,11 +10,11 @@ its migration), record the new version with::
 
     python -m nkserde.schema --update tests/fixtures/schema_manifest.json
 
-``nkserde/schema_versions.json`` (in the package) holds today's version and
+``nkserde/schema/versions.json`` (in the package) holds today's version and
 the older names of every registration, so that the command line can tell
 whether a file needs a migration without importing NetKet to register them;
 ``tests/test_schema_manifest.py`` checks it against the registrations, and
-``python -m nkserde.schema --versions nkserde/schema_versions.json``
+``python -m nkserde.schema --versions nkserde/schema/versions.json``
 rewrites it.
 
 The per-type tables of docs/schema.md are generated from the registrations'
@@ -31,9 +31,9 @@ import re
 import sys
 from pathlib import Path
 
-from .format import FORMAT_VERSION
+from ..format import FORMAT_VERSION
 
-VERSIONS_FILE = Path(__file__).with_name("schema_versions.json")
+VERSIONS_FILE = Path(__file__).with_name("versions.json")
 
 
 def current() -> dict:
@@ -41,7 +41,8 @@ def current() -> dict:
     [...], "optional": [...]}}}`` of the registrations that declare their
     fields in this install (types of libraries that are not installed, or
     that this NetKet lacks, are absent)."""
-    from . import api as _with_registrations, registry  # noqa: F401  (nkserde's own types, NetKet's)
+    from .. import netket as _registrations  # noqa: F401  (NetKet's types)
+    from ..types import builtin_types as _builtins, registry  # noqa: F401  (nkserde's own)
 
     types = {}
     for reg in registry.registrations().values():
@@ -58,7 +59,8 @@ def current() -> dict:
 def current_versions() -> dict:
     """``{"types": {name: version}, "aliases": {older name: name}}`` of this
     install's registrations."""
-    from . import api as _with_registrations, registry  # noqa: F401
+    from .. import netket as _registrations  # noqa: F401
+    from ..types import builtin_types as _builtins, registry  # noqa: F401
 
     regs = registry.registrations().values()
     return {
@@ -68,7 +70,7 @@ def current_versions() -> dict:
 
 
 def recorded_versions() -> dict:
-    """What :func:`current_versions` returned where ``schema_versions.json``
+    """What :func:`current_versions` returned where ``versions.json``
     was written (nkserde's own registrations under the newest NetKet), read
     without importing NetKet."""
     return json.loads(VERSIONS_FILE.read_text())
@@ -102,7 +104,7 @@ def differences(history: dict, now: dict | None = None) -> list[str]:
             f"file format version {now['format_version']} is not recorded "
             f"(recorded: {history['format_versions']}); add it with --update"
         )
-    from . import registry
+    from ..types import registry
 
     migrations = registry.migrations()
     for name, entry in now["types"].items():
@@ -161,7 +163,8 @@ def with_generated_tables(text: str) -> tuple[str, list[str]]:
     this install's registrations that no row names. A row naming only
     types that are not registered here (a rule's ``<module>.<Class>``, a
     NetKet this install lacks) is left as it is."""
-    from . import api as _with_registrations, registry  # noqa: F401
+    from .. import netket as _registrations  # noqa: F401
+    from ..types import builtin_types as _builtins, registry  # noqa: F401
 
     regs = registry.registrations()
     named, lines = set(), []

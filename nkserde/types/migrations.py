@@ -9,7 +9,7 @@ import dataclasses
 from typing import Any, NamedTuple
 
 from . import registry
-from .errors import MigrationError, UnsupportedVersionError, format_path
+from ..errors import MigrationError, UnsupportedVersionError, format_path
 
 
 class Loading(NamedTuple):

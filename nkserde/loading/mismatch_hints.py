@@ -2,15 +2,16 @@
 hint that ends its TemplateMismatchError (load the part of the file that
 has the template's type with ``at=``, a template of the file's type, or
 what matches with ``strict=False``). Read from the registry and the
-file's header tree alone: nothing is read or loaded; ``api.load`` calls
+file's header tree alone: nothing is read or loaded; ``load.load`` calls
 :func:`what_to_do` once, on its error path."""
 
 from __future__ import annotations
 
 import functools
 
-from . import partial_load, registry
-from .format.tree_codec import TYPE
+from . import partial_load
+from ..types import registry
+from ..format.tree_codec import TYPE
 
 
 def what_to_do(template, state, where, path) -> str:

@@ -17,11 +17,10 @@ In a run of several JAX processes a value is one of four things:
   (arrays as ``[n_processes, ...]``) and a load hands each process its own,
   or one derived from a saved one when the number of processes changed.
 
-A snapshot taken for a background write holds the arrays still in device
-memory as :class:`OnDevice` until the write copies them to the host.
-
-These classes know nothing of JAX or NetKet: blocks are numpy arrays (or
-:class:`OnDevice` ones until fetched).
+These classes know nothing of JAX or NetKet: blocks are numpy arrays (or,
+in a save's snapshot, arrays still in device memory until they are
+fetched: nkserde/saving/snapshot.py, which maps over the arrays of a
+state dict).
 """
 
 from __future__ import annotations
@@ -30,8 +29,6 @@ import dataclasses
 from typing import Any, Callable
 
 import numpy as np
-
-from . import nested
 
 
 def full_index(index, shape) -> tuple[slice, ...]:
@@ -121,53 +118,3 @@ class Resizable:
 
     value: Any
     announce: bool = True  # warn when resized (one field per object is enough)
-
-
-class OnDevice:
-    """An array of a snapshot that is still in device memory (a GPU's, a
-    TPU's), held as it is while the run goes on. :meth:`start_copy` starts
-    its copy to the host without waiting for it; :meth:`fetch` waits for
-    that copy and returns it; from then on only the host copy is held, so
-    the device memory goes back as soon as the run no longer uses the
-    array. ``array``: a JAX array (a whole one, or one shard's data)."""
-
-    __slots__ = ("held",)
-
-    def __init__(self, array):
-        self.held = array  # the device's array, then its host copy
-
-    def start_copy(self) -> None:
-        self.held.copy_to_host_async()
-
-    def fetch(self) -> np.ndarray:
-        host = np.asarray(self.held)
-        self.held = host
-        return host
-
-
-def fetched(state):
-    """``state`` with every :class:`OnDevice` array in it (blocks of global
-    arrays and per-process values included) replaced by its host copy."""
-    return map_arrays(OnDevice.fetch, state, kind=OnDevice)
-
-
-def map_arrays(fn, state, kind: type = np.ndarray):
-    """``state`` with ``fn`` applied to every array of ``kind`` (numpy
-    arrays, or :class:`OnDevice` ones) in it, including the blocks of global
-    arrays and the values of per-process fields."""
-
-    def leaf(node):
-        if isinstance(node, kind):
-            return fn(node)
-        if isinstance(node, GlobalArray):
-            blocks = tuple((s, fn(b) if isinstance(b, kind) else b) for s, b in node.blocks)
-            return GlobalArray(node.shape, node.dtype, blocks)
-        if isinstance(node, PerProcess):
-            return PerProcess(map_arrays(fn, node.value, kind), node.derive)
-        if isinstance(node, Primary):
-            return Primary(map_arrays(fn, node.value, kind))
-        if isinstance(node, ProcessValues):
-            return ProcessValues([map_arrays(fn, v, kind) for v in node.values])
-        return node
-
-    return nested.map_leaves(leaf, state)

@@ -1,6 +1,6 @@
 """The type registry: which types nkserde can store, under which name and
 schema version, and the migrations registered for old schema versions
-(nkserde/migrations.py applies them).
+(migrations.py applies them).
 
 One extension point, :func:`register`::
 
@@ -22,7 +22,7 @@ Migrations upgrade a stored field dict one version at a time::
         return fields
 
 A migration that needs more than the stored fields takes a second argument,
-a :class:`nkserde.migrations.MigrationContext`: the template being loaded
+a :class:`nkserde.types.migrations.MigrationContext`: the template being loaded
 into, and the objects enclosing it with the fields restored so far (a
 sampler state's migration finds the variational state's model and restored
 parameters)::
@@ -43,7 +43,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Mapping
 
-from .errors import UnregisteredTypeError
+from ..errors import UnregisteredTypeError, format_path
 
 ToState = Callable[[Any], Mapping[str, Any]]
 FromState = Callable[[Any, dict], Any]
@@ -235,7 +235,7 @@ def migration(name: str, from_version: int, *, override: bool = False):
     """Decorator: ``fn(fields) -> fields`` or ``fn(fields, context) ->
     fields`` upgrades the stored fields of type ``name`` from
     ``from_version`` to ``from_version + 1``; ``context`` is a
-    :class:`nkserde.migrations.MigrationContext`. ``fn`` may change ``fields`` in place. A
+    :class:`nkserde.types.migrations.MigrationContext`. ``fn`` may change ``fields`` in place. A
     second migration for the same step is refused unless ``override=True``."""
 
     def decorate(fn):
@@ -267,6 +267,15 @@ def module_path(cls: type) -> str:
     name a rule gives a type without a registration of its own (nkserde
     0.1 wrote it too). Compared, never imported."""
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def unregistered(obj, path) -> UnregisteredTypeError:
+    """The error of a value, met at ``path`` of an object being saved or of
+    a template, whose type has no registration."""
+    return UnregisteredTypeError(
+        f"{format_path(path)}: no nkserde registration for type "
+        f"{module_path(type(obj))}; register it with nkserde.register(...)"
+    )
 
 
 def lookup(cls: type) -> Registration | None:
@@ -314,6 +323,19 @@ def snapshot() -> _Tables:
 def restore(saved: _Tables) -> None:
     """Puts back what :func:`snapshot` returned."""
     vars(_TABLES).update(vars(saved.copy()))
+
+
+def is_registered(obj) -> bool:
+    """Whether ``obj``'s type has a registration (its own or a rule's):
+    whether a save stores it as an object of its type."""
+    return lookup(type(obj)) is not None
+
+
+def stored_fields(type_name: str) -> tuple[str, ...]:
+    """The fields the registration of a stored type name declares (old
+    names resolved), or () if it declares none or the name is unknown."""
+    reg = lookup_name(type_name)
+    return tuple(reg.fields or ()) if reg is not None else ()
 
 
 def registrations() -> dict[str, Registration]:

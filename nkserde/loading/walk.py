@@ -19,16 +19,17 @@ from typing import Any
 import jax
 import numpy as np
 
-from ._warnings import outside
-from . import builtin_types, device_arrays, migrations, provisional_fields, registry
-from .errors import TemplateMismatchError, UnregisteredTypeError, format_path
-from .format.reader import LazyArray, materialize
-from .format import tree_codec
-from .format.tree_codec import TYPE, VERSION
-from .placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
-from .migrations import Loading
+from .._warnings import outside
+from ..types import builtin_types, migrations, registry
+from . import device_arrays, provisional_fields
+from ..errors import TemplateMismatchError, UnregisteredTypeError, format_path
+from ..format.reader import LazyArray, materialize
+from ..format import tree_codec
+from ..format.tree_codec import TYPE, VERSION
+from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable
+from ..types.migrations import Loading
 from .partial_load import LoadReport
-from .tree import SCALARS, stored_key, unregistered
+from ..saving.snapshot import SCALARS, stored_key
 
 
 # --------------------------------------------------------------------------- the load's context
@@ -189,7 +190,7 @@ def from_state_dict(template, state, path=(), ctx: LoadContext = STRICT) -> Any:
             return ctx.differs(path, state, template, both=True)
         out = [from_state_dict(t, s, path + (i,), ctx) for i, (t, s) in enumerate(zip(template, state))]
         return out if type(template) is list else tuple(out)
-    raise unregistered(template, path)
+    raise registry.unregistered(template, path)
 
 
 def _check_keys(path, state, keys, template, ctx: LoadContext):

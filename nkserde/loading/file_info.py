@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import format as fileformat
-from . import nested
-from .errors import format_path
-from .format import foreign, limits
-from .format.tree_codec import TYPE, VERSION, outline as tree_codec_outline
+from .. import format as fileformat
+from ..types import nested
+from ..errors import format_path
+from ..format import foreign, limits
+from ..format.tree_codec import TYPE, VERSION, outline as tree_codec_outline
 
 
 def migrated_path(src) -> Path:

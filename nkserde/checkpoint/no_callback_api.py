@@ -5,7 +5,7 @@ and :class:`nkserde.InitFrom` under NetKet releases without the callback API the
 
 from __future__ import annotations
 
-from .errors import UnsupportedNetKetError
+from ..errors import UnsupportedNetKetError
 
 
 def _refuse(*args, **kwargs):

@@ -4,7 +4,7 @@ over mixed dtypes, a sampler's cached samples). The file's value is tried
 against the template's own, then against the value each of the
 template's first steps gives the field, the first it fits taken.
 
-:func:`restore` is called by the load walk (nkserde.tree_load) with the
+:func:`restore` is called by the load walk (walk.py) with the
 walk itself (``from_state_dict``) and its context: the check of a fit is
 the walk's, reading nothing (``LoadContext.check_only``)."""
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from .errors import CorruptFileError, FileReadError, TemplateMismatchError
-from .tree import SCALARS
+from ..errors import CorruptFileError, FileReadError, TemplateMismatchError
+from ..saving.snapshot import SCALARS
 
 
 # At most this many steps of a template make a provisional field final

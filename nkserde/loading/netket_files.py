@@ -38,10 +38,10 @@ import jax
 import netket as nk
 import numpy as np
 
-from . import device_arrays, tree_load
-from .netket import internals
-from .errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
-from .format import foreign, limits
+from . import device_arrays, walk
+from ..netket import internals
+from ..errors import CorruptFileError, LoadLimitError, TemplateMismatchError, format_path
+from ..format import foreign, limits
 
 # what a state file may hold beyond the arrays its template uses (sampler
 # chains of an MCState loaded into a FullSumState, msgpack framing)
@@ -112,7 +112,7 @@ def _variables(template_variables, file_variables):
     shardings (mismatches name their path)."""
     template_variables = dict(template_variables)
     file_variables = _lists(file_variables, template_variables)
-    out = tree_load.from_state_dict(template_variables, _np(file_variables), ("variables",))
+    out = walk.from_state_dict(template_variables, _np(file_variables), ("variables",))
     _no_null_where_the_template_has_a_value(template_variables, out, ("variables",))
     return out
 
