@@ -105,8 +105,8 @@ class Scenario:
                 text += (self.root / name).read_text()[-6000:]
         return text
 
-    def reference(self, processes: int) -> Path:
-        return cluster.shared_reference(processes, ONE if processes == 1 else TWO)
+    def reference(self, processes: int, steps: int) -> Path:
+        return cluster.shared_reference(processes, steps)
 
     def workdir(self, case: str) -> Path:
         return tn.SHARED / f"nkserde-two-nodes-{self.root.name}" / case
@@ -114,7 +114,7 @@ class Scenario:
 
 JOBS = Scenario()
 # steps of the scenario's one- and two-process runs
-ONE, TWO = int(scenario.ONE["N_ITER"]), int(scenario.TWO["N_ITER"])
+ONE, TWO, STRUCK = (int(scenario.ONE["N_ITER"]), int(scenario.TWO["N_ITER"]), int(scenario.STRUCK["N_ITER"]))
 
 
 def final_state(record: dict) -> str:
@@ -127,7 +127,7 @@ def diagnosis(record: dict) -> str:
 
 
 def same_run(case: str, processes: int, steps: int) -> None:
-    cluster.assert_same_run(JOBS.workdir(case), JOBS.reference(processes), steps)
+    cluster.assert_same_run(JOBS.workdir(case), JOBS.reference(processes, steps), steps)
 
 
 def resumed_from(text: str) -> list[int]:
@@ -263,7 +263,7 @@ def test_a_two_node_job_whose_node_drops_out_is_requeued_and_resumes(case):
         assert said == [("1", HOST_SILENT)], first
     else:  # process 1 requeued it from node2 (its line may be lost in the partition); process 0 heard it too
         assert f"process 1 of the run was lost ({HOST_SILENT})" in first, first[-3000:]
-    same_run(case, 2, TWO)
+    same_run(case, 2, STRUCK)
     outage_figures(case, record, first, resumed)
 
 
@@ -277,7 +277,7 @@ def test_a_two_node_job_that_loses_a_node_in_a_save_is_requeued_and_resumes():
     assert LOST.findall(first) == [("1", HOST_SILENT)]
     assert resumed_from(record["output"]["node1"]) == [5], record["output"]["node1"][-3000:]
     assert record["temps"] == []
-    same_run("two-node-save", 2, TWO)
+    same_run("two-node-save", 2, STRUCK)
     outage_figures("two-node-save", record, first, 5)
 
 

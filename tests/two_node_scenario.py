@@ -45,6 +45,10 @@ RUN = HERE / "scripts" / "cluster_run.py"
 JOB_SH = HERE.parent / "examples" / "slurm" / "job.sh"
 # the runs: 50 steps of 1 or 2 processes (tests/test_slurm.py's: one reference for both)
 ONE, TWO = {"N_ITER": "50", "STEP_SECONDS": "1"}, {"N_ITER": "50", "STEP_SECONDS": "1"}
+# the two-node jobs struck by outages: 25 steps (struck after step 12 or
+# later, they resume from step 10 and redo the rest while SLURM's part, its
+# ping of the node back and the requeued job's start, takes minutes)
+STRUCK = {"N_ITER": "25", "STEP_SECONDS": "1"}
 STALE_AFTER = "20"  # NKSERDE_LOCK_STALE_AFTER of the runs outside SLURM (renewed every 2 s)
 KILL_AT_STEP = 12  # the runs killed mid-run: after step 12 or later (the newest checkpoint: step 10's or later)
 PAUSE_AT = "10"  # the runs killed inside a save: of step 10 (the newest good checkpoint is step 5's)
@@ -154,16 +158,16 @@ class Scenario:
         return None
 
     def _references(self) -> None:
-        for processes, lengths in ((1, ONE), (2, TWO)):
+        for processes, lengths in ((1, ONE), (2, TWO), (2, STRUCK)):
             cluster.shared_reference(processes, int(lengths["N_ITER"]))
         self.log("references written")
 
     def both_nodes_up(self) -> None:
-        # 3 minutes: a first attempt started at low priority beside the
+        # 2 minutes: a first attempt started at low priority beside the
         # suite still completes steps before its guard stops it; 50 steps of
-        # 4 s (200 s) never fit in one
-        walltime = self.submit("walltime", ["-N2", "--ntasks-per-node=1", "--time=3"],
-                               {**TWO, "STEP_SECONDS": "4"}, signal_line=False)  # fmt: skip
+        # 3 s (150 s) never fit in one
+        walltime = self.submit("walltime", ["-N2", "--ntasks-per-node=1", "--time=2"],
+                               {**TWO, "STEP_SECONDS": "3"}, signal_line=False)  # fmt: skip
         local = f"/tmp/nkserde-two-nodes/ckpt-{self.root.name}"
         node_local = self.submit("node-local", ["-N2", "--ntasks-per-node=1"], {**TWO, "CHECKPOINT_DIRECTORY": local})
         self.live_owner()
@@ -282,9 +286,9 @@ class Scenario:
             for case, node, how, seconds in OUTAGES:
                 both = lambda: all(tn.node_state(n) in ("idle", "mix") for n in tn.NODES)  # noqa: E731
                 tn.wait_for("both nodes idle", both, 300, seen=lambda: tn.node_seen("node2"))
-                jobs = {case: self.submit(case, ["-N2", "--ntasks-per-node=1"], TWO)}
+                jobs = {case: self.submit(case, ["-N2", "--ntasks-per-node=1"], STRUCK)}
                 if case == "power-30":
-                    save = {**TWO, "PAUSE_IN_SAVE": PAUSE_AT, "PAUSE_RANK": "1"}
+                    save = {**STRUCK, "PAUSE_IN_SAVE": PAUSE_AT, "PAUSE_RANK": "1"}
                     jobs["two-node-save"] = self.submit("two-node-save", ["-N2", "--ntasks-per-node=1"], save)
                     tn.wait_for("two-node-save: in the save", lambda: self._in_save("two-node-save", jobs), 300)
                 tn.wait_for(f"{case}: step 12", lambda: self._reached(case, jobs[case], "node1"), 300)
