@@ -55,6 +55,17 @@ def _environment(tmp_path: Path, **extra) -> dict:
     return {**environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONPATH": pythonpath, **extra}
 
 
+# Caches of other packages in the XDG cache of a program that imports
+# NetKet: matplotlib's font list, where matplotlib is installed (igraph, a
+# NetKet dependency, imports it).
+OTHER_PACKAGES = {"matplotlib"}
+
+
+def caches_left(xdg: Path) -> set[str]:
+    """The caches a program left in ``xdg``, its XDG_CACHE_HOME, but other packages' own."""
+    return set(os.listdir(xdg)) - OTHER_PACKAGES if xdg.exists() else set()
+
+
 def _python(tmp_path: Path, code: str, *args, **extra) -> subprocess.CompletedProcess:
     done = subprocess.run(
         [sys.executable, "-c", code, *map(str, args)],
@@ -92,7 +103,7 @@ def test_the_switch_turns_every_cache_off(tmp_path):
     for order in ("netket first", "nkserde first"):
         said, _ = readme_script(tmp_path, order, 2, NKSERDE_COMPILATION_CACHE="off")
         assert said["cache"] is None and said["hits"] == {"build": 0, "run": 0}
-    assert not (tmp_path / "xdg").exists()
+    assert not caches_left(tmp_path / "xdg")
 
 
 def test_a_cache_the_user_configured_is_left_alone(tmp_path):
@@ -150,10 +161,10 @@ def test_a_program_that_only_reads_files_leaves_no_cache_behind(tmp_path):
     checkpoints = tmp_path / "ckpt"
     B.vmc().run(1, out=None, show_progress=False, callback=nkserde.Checkpoint(checkpoints, every=1, compile_cache=None))
     _python(tmp_path, READS, path, checkpoints)
-    assert not (tmp_path / "xdg").exists()
+    assert not caches_left(tmp_path / "xdg")
     for command in (["inspect", path], ["verify", path], ["ls", checkpoints], ["diff", path, path]):
         subprocess.run([sys.executable, "-m", "nkserde", *map(str, command)], env=_environment(tmp_path), check=True)
-    assert not (tmp_path / "xdg").exists()
+    assert not caches_left(tmp_path / "xdg")
 
 
 IMPORTS = """
@@ -185,7 +196,7 @@ def test_import_nkserde_imports_no_jax_and_points_jax_at_the_cache_once_netket_i
     assert Path(said["cache"]).parent == tmp_path / "xdg" / "nkserde" / "jax"
     assert said["finder left"]  # and netket keeps its own loader
     assert said["loader"] == said["spec loader"] != "_ThenPointJax"
-    assert not (tmp_path / "xdg").exists()  # nothing compiled since: nothing on disk
+    assert not caches_left(tmp_path / "xdg")  # nothing compiled since: nothing on disk
 
 
 def test_a_failure_to_set_the_cache_never_fails_the_import_of_netket(tmp_path):

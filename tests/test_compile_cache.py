@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import builders as B
+from test_automatic_caches import caches_left
 import nkserde
 from nkserde.caches import jax_executables
 
@@ -102,7 +103,7 @@ def test_the_switch_turns_the_cache_off_and_compile_cache_none_adds_none_of_its_
     # user configured is left alone: tests/test_automatic_caches.py)
     cache, hits = run(tmp_path, tmp_path / "ckpt", "auto", 2, NKSERDE_COMPILATION_CACHE="off")
     assert cache == "None" and hits == 0
-    assert not (tmp_path / "xdg").exists()
+    assert not caches_left(tmp_path / "xdg")
     # compile_cache=None: the cache nkserde set when NetKet was imported stays
     # (NKSERDE_COMPILATION_CACHE=off, above, is the switch)
     cache, _ = run(tmp_path, tmp_path / "ckpt2", "off", 2)
@@ -118,7 +119,7 @@ def test_a_checkpoint_keeps_the_cache_directory_the_script_chose(tmp_path):
     assert cache == str(mine)
     assert compiled > 0 and any((mine / "numba").rglob("*.nbc"))
     assert probes > 0 and any((mine / "results").glob("*.json"))
-    assert not (tmp_path / "xdg").exists()
+    assert not caches_left(tmp_path / "xdg")
     cache, hits, loaded, compiled, probes = run_counting(tmp_path, tmp_path / "ckpt", "script", 4, script_cache=mine)
     assert cache == str(mine) and hits > 0 and loaded > 0 and compiled == 0 and probes == 0
 
