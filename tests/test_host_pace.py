@@ -133,14 +133,3 @@ def test_a_run_whose_checkpoints_cross_in_pieces_resumes_bit_for_bit(tmp_path, m
     resumed = builders.vmc()
     resumed.run(50, show_progress=False, callback=nkserde.Checkpoint(tmp_path, every=20, keep=10))
     builders.assert_same_leaves(builders.leaves(resumed.state.parameters), builders.leaves(reference.state.parameters))
-
-
-def test_pieces_that_took_longer_than_a_step_each_are_planned_so_or_not_at_all():
-    """The write's thread may take a piece's event late (the interpreter is
-    the run's): the next plan counts the seconds a piece took, and copies
-    whole what would outlive the interval."""
-    times = measured()
-    assert times.plan(121 * MB, 100, STEP, 0.05).piece_bytes  # a piece a step fits
-    times.measured(Pace(piece_bytes=8 * MB, pieces=16, began=100.0, ended=100.0 + 16 * 5 * STEP))
-    assert times.plan(121 * MB, 100, STEP, 0.05).piece_bytes == 0  # five steps a piece: it would not
-    assert times.plan(121 * MB, 400, STEP, 0.05).piece_bytes  # a longer interval has room

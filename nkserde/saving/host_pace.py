@@ -33,7 +33,6 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-import time
 from dataclasses import dataclass, field
 
 import jax
@@ -53,14 +52,12 @@ class Pace:
     started at once); else in pieces of at most that many bytes, one
     started at each step's end. What the crossing measured: ``bytes``
     copied whole and ``busy`` seconds copying them, ``pieces`` crossed,
-    when the first piece was queued (``began``) and when the crossing
-    ``ended`` (monotonic times)."""
+    and when the crossing ``ended`` (a monotonic time)."""
 
     piece_bytes: int = 0
     bytes: int = 0
     busy: float = 0.0
     pieces: int = 0
-    began: float = 0.0
     ended: float = 0.0
     _waiting: collections.deque = field(default_factory=collections.deque, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -71,7 +68,6 @@ class Pace:
         started = threading.Event()
         with self._lock:
             self._waiting.append((piece, started))
-            self.began = self.began or time.monotonic()
         return started
 
     def step_ended(self) -> None:
@@ -86,27 +82,22 @@ class Pace:
 
 class CrossingTimes:
     """What the crossings of one writer's checkpoints measured: the rate of
-    a whole copy (bytes a second), and the seconds a piece took, from one
-    to the next, in the last write whose arrays crossed in pieces (more
-    than a step where the write's thread waits for the interpreter)."""
+    a whole copy (bytes a second)."""
 
     def __init__(self):
         self.whole_rate: float | None = None
-        self.piece_seconds = 0.0
 
     def measured(self, pace: Pace) -> None:
         if not pace.piece_bytes and pace.busy > 0 and pace.bytes:
             self.whole_rate = pace.bytes / pace.busy
-        elif pace.pieces and pace.ended > pace.began > 0:
-            self.piece_seconds = (pace.ended - pace.began) / pace.pieces
 
     def plan(self, total_bytes: int, steps_between: int, step: float | None, rest: float) -> Pace:
         """How ``total_bytes`` in arrays cross when the next checkpoint comes
         ``steps_between`` steps of ``step`` seconds after this one and the
         rest of a write took ``rest`` seconds: in pieces that cross in
         :data:`PIECE_STEP_SHARE` of a step at the measured rate, one a
-        step (or the seconds a piece took last time, if more), if they and
-        the rest end within :data:`HOST_SHARE` of the interval; else whole."""
+        step, if they and the rest end within :data:`HOST_SHARE` of the
+        interval; else whole."""
         rate = self.whole_rate
         if not (rate and step) or steps_between < 2 or total_bytes < 2 * PIECE_FLOOR:
             return Pace()
@@ -114,7 +105,7 @@ class CrossingTimes:
         if piece / rate > step * PIECE_STEP_SHARE:  # the smallest piece would still be crossing when the step reads
             return Pace()
         pieces = -(-total_bytes // piece)
-        if pieces * max(step, self.piece_seconds) + rest > HOST_SHARE * steps_between * step:
+        if pieces + rest / step > HOST_SHARE * steps_between:
             return Pace()
         return Pace(piece_bytes=piece)
 
