@@ -17,18 +17,12 @@ step's start) doing one of:
   ``--piece-mb`` MB along its first axis (one run per size given), each
   copied once the one before it is on the host (the steps' own small
   reads wait behind one piece);
-* ``nkserde``: ``nkserde.Checkpoint(every=...)`` (asynchronous): its
-  arrays cross whole or, where the interval leaves room, a piece a step
-  (nkserde/saving/host_pace.py);
-* ``nkserde-whole``: the same with every copy whole, as before pieces;
-* ``auto``: ``nkserde.Checkpoint(every="auto")``.
+* ``nkserde``: ``nkserde.Checkpoint(every=...)`` (asynchronous).
 
-Printed per run: the loop's time (checkpoint_overhead.py's) and the whole
-``run()``'s (the last checkpoint included), the time in the Checkpoint's
-step hooks, the most device memory in use, sampled every 0.5 ms by a
-thread (``memory_stats``; none on a CPU), and for nkserde how its writes'
-arrays crossed (pieces, whole) and the longest write. Figures on a TPU
-v5e: docs/guides/accelerators.md.
+Printed per run: the loop's time (checkpoint_overhead.py's), the time in
+the Checkpoint's step hooks, and the most device memory in use, sampled
+every 0.5 ms by a thread (``memory_stats``; none on a CPU). Figures on a
+TPU v5e: docs/guides/accelerators.md.
 """
 
 from __future__ import annotations
@@ -53,35 +47,8 @@ from netket.utils import struct  # noqa: E402
 
 import nkserde  # noqa: E402
 from _environment import parent_directory  # noqa: E402
-from nkserde.saving import host_pace  # noqa: E402
 
-MODES = ("plain", "copy", "copy+read", "read", "pieces", "nkserde", "nkserde-whole", "auto")
-
-
-class Crossings:
-    """How the writes' arrays crossed to the host in the runs of one mode:
-    each write's plan, recorded (``whole``: every plan made whole)."""
-
-    def __init__(self, whole: bool):
-        self.whole, self.plans = whole, []
-        self._plan = host_pace.CrossingTimes.plan
-
-    def __enter__(self):
-        def plan(times, *args):
-            pace = host_pace.Pace() if self.whole else self._plan(times, *args)
-            self.plans.append(pace)
-            return pace
-
-        host_pace.CrossingTimes.plan = plan
-        return self
-
-    def __exit__(self, *exc):
-        host_pace.CrossingTimes.plan = self._plan
-
-    def said(self) -> str:
-        paced = [p for p in self.plans if p.piece_bytes]
-        pieces = f", {paced[0].piece_bytes / 2**20:.1f} MB pieces" if paced else ""
-        return f"{len(paced)}/{len(self.plans)} writes in pieces{pieces}"
+MODES = ("plain", "copy", "copy+read", "read", "pieces", "nkserde")
 
 
 def state_arrays(driver) -> list:
@@ -186,24 +153,17 @@ def main(argv=None) -> int:
     for r in range(args.repeat):
         for mode, piece in runs:
             memory = MemoryPeak()
-            crossings = Crossings(whole=mode == "nkserde-whole")
             if mode == "plain":
                 row = co.timed_run(fresh(), args.steps, None, parent)
-            elif mode in ("nkserde", "nkserde-whole", "auto"):
-                every = "auto" if mode == "auto" else args.every
-                with crossings:
-                    row = co.timed_run(fresh(), args.steps, (every, True), parent)
+            elif mode == "nkserde":
+                row = co.timed_run(fresh(), args.steps, (args.every, True), parent)
             else:
                 row = co.timed_run(fresh(), args.steps, None, parent, extra=[Transfer(mode, args.every, piece)])
             peak = memory.end()
             label = f"pieces {piece / 2**20:g}MB" if mode == "pieces" else mode
-            writes = ""
-            if crossings.plans:
-                longest = max((lag for _, lag in row["lags"]), default=0.0)
-                writes = f"  {crossings.said()}, longest write {longest * 1e3:.0f} ms"
             print(
-                f"  repeat {r + 1}/{args.repeat} {label:13s} loop {row['loop']:7.3f} s  total {row['total']:7.3f} s  "
-                f"hooks {row['step_hooks'] * 1e3:6.1f} ms  device peak {peak / 1e6:8.1f} MB{writes}",
+                f"  repeat {r + 1}/{args.repeat} {label:12s} loop {row['loop']:7.3f} s  total {row['total']:7.3f} s  "
+                f"hooks {row['step_hooks'] * 1e3:6.1f} ms  device peak {peak / 1e6:8.1f} MB",
                 flush=True,
             )
     return 0

@@ -56,7 +56,7 @@ def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
     return fileformat.drain(save_steps(Snapshot(state), path, root_type=root_type))
 
 
-def save_steps(snap: Snapshot, path, *, root_type: str | None = None, sequence: str | None = None, pace=None):
+def save_steps(snap: Snapshot, path, *, root_type: str | None = None, sequence: str | None = None):
     """The stages of a save after its snapshot (host, encode, write,
     commit) as a generator of steps, each a bounded piece of the write,
     returning the path: any thread may advance it (a background writer
@@ -66,10 +66,9 @@ def save_steps(snap: Snapshot, path, *, root_type: str | None = None, sequence: 
     the type of the state dict's root). ``sequence``: the name of a series
     of saves that never overlap (a Checkpoint's, one directory): they share
     coordination keys, each deleting the last one's; by default one per
-    target file. ``pace``: how the arrays cross to the host
-    (snapshot.to_host; by default whole)."""
+    target file."""
     path = Path(path)
-    state = yield from to_host(snap, pace)
+    state = yield from to_host(snap)
     meta = new_meta(state, root_type or type(state).__name__)
     with _file_write(path, state, meta, sequence) as write:
         write.encode()

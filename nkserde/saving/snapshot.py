@@ -16,7 +16,6 @@ The way back, state dicts -> objects, is nkserde/loading/walk.py.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -29,8 +28,6 @@ from ..errors import UnregisteredTypeError, format_path
 from ..format.tree_codec import TYPE, VERSION
 from ..types import nested
 from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues, Resizable, full_index
-from . import host_pace
-from .host_pace import Pace
 
 
 SCALARS = (bool, int, float, complex, str, bytes)
@@ -96,30 +93,17 @@ def _immutable_view(a: np.ndarray) -> bool:
 # --------------------------------------------------------------------------- the host stage
 
 
-def to_host(snap: Snapshot, pace: Pace | None = None):
+def to_host(snap: Snapshot):
     """The second stage of a save, as a generator of steps: the snapshot's
     state dict with every array it holds in device memory copied to the
-    host. The copies of the arrays that cross whole are all started before
-    the first is waited for, so that they cross together; one step (a
-    yield) after them. With a ``pace`` in pieces (host_pace.py), each large
-    array then crosses a piece a step of the run (a step of this
-    generator yields the event its next piece waits for). What it measured
-    goes into ``pace``. Returns the state dict."""
+    host. All the copies are started before the first is waited for, so
+    that they cross together; one step (a yield) after them. Returns the
+    state dict."""
     if not snap.held:
         return snap.state
-    pace = Pace() if pace is None else pace
-    rows = [host_pace.rows_per_piece(array.held, pace.piece_bytes) for array in snap.held]
-    whole = [array for array, n in zip(snap.held, rows) if not n]
-    began = time.monotonic()
-    for array in whole:
+    for array in snap.held:
         array.start_copy()
-    pace.bytes += sum(array.fetch().nbytes for array in whole)
-    pace.busy += time.monotonic() - began
-    for array, n in zip(snap.held, rows):
-        if n:
-            yield from host_pace.crossed(array, n, pace)
-    pace.ended = time.monotonic()
-    state = on_the_host(snap.state)
+    state = fetched(snap.state)
     yield
     return state
 
@@ -146,11 +130,10 @@ class OnDevice:
         return host
 
 
-def on_the_host(state):
+def fetched(state):
     """``state`` with every :class:`OnDevice` array in it (blocks of global
-    arrays and per-process values included) replaced by the host copy it
-    holds once fetched."""
-    return map_arrays(lambda array: array.held, state, kind=OnDevice)
+    arrays and per-process values included) replaced by its host copy."""
+    return map_arrays(OnDevice.fetch, state, kind=OnDevice)
 
 
 def map_arrays(fn, state, kind: type = np.ndarray):
@@ -186,7 +169,7 @@ def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None =
     list; then the walk waits for no device and copies nothing: each JAX
     array in device memory other than the host's (a GPU's, a TPU's) stands
     in the result as an :class:`OnDevice`, appended to ``held`` too
-    (:func:`to_host` gives the numpy arrays)."""
+    (:func:`fetched` gives the numpy arrays)."""
     if obj is None or isinstance(obj, SCALARS) and not isinstance(obj, np.generic):
         if isinstance(obj, str):
             check_text(obj, path, "string")

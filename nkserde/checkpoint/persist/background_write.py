@@ -17,12 +17,8 @@ uses only what the run leaves idle. On a busy node that thread can starve;
 then :meth:`BackgroundWrite.finish` lets the calling thread (the run's own,
 at its normal priority) do the steps that are left. One step runs at a
 time, under a lock, whichever thread runs it: a generator is a resumable
-frame any thread may advance. A step that yields an event asks the
-background thread to wait for it before the next (a piece of a paced copy
-to the host, started by the run's thread at a step's end:
-nkserde/saving/host_pace.py); a caller that takes the write over does
-not wait. :class:`CheckpointWriter` keeps one
-such write in flight, and one thread for all of its writes.
+frame any thread may advance. :class:`CheckpointWriter` keeps one such
+write in flight, and one thread for all of its writes.
 """
 
 from __future__ import annotations
@@ -36,10 +32,6 @@ import time
 import weakref
 
 from ...errors import NkserdeError
-
-
-_ENDED = object()  # what a write's last step answers instead of a step's value
-PACE_POLL = 0.05  # seconds between two looks at a caller's takeover while a paced step waits
 
 
 class BackgroundWrite:
@@ -86,7 +78,7 @@ class BackgroundWrite:
         KeyboardInterrupt in a step ends the write (the file is not
         published) and propagates."""
         self._caller_took_over = True  # the background thread starts no new step
-        while self._advance(in_caller=True) is not _ENDED:
+        while self._advance(in_caller=True):
             pass
 
     def cancel(self) -> None:
@@ -101,30 +93,24 @@ class BackgroundWrite:
 
     def run_in_background(self):
         """The background thread's part: steps until the end or until the
-        caller takes over; after a step that yields an event, until it is
-        set (or the caller takes over)."""
-        while not self._caller_took_over:
-            step = self._advance(in_caller=False)
-            if step is _ENDED:
-                return
-            if isinstance(step, threading.Event):
-                while not step.wait(PACE_POLL) and not self._caller_took_over:
-                    pass
+        caller takes over."""
+        while not self._caller_took_over and self._advance(in_caller=False):
+            pass
 
-    def _advance(self, in_caller: bool):
-        """Runs one step; returns what it yielded, :data:`_ENDED` once the write has ended."""
+    def _advance(self, in_caller: bool) -> bool:
+        """Runs one step; False once the write has ended."""
         with self._lock:
             if self._done.is_set():
-                return _ENDED
+                return False
             try:
-                step = self._next(in_caller)
+                self._next(in_caller)
             except StopIteration:
                 self._end()
-                return _ENDED
+                return False
             except Exception as exc:  # noqa: BLE001  (reported through error)
                 self.error = exc
                 self._end()
-                return _ENDED
+                return False
             except BaseException:
                 self._steps.close()
                 self._end()
@@ -133,7 +119,7 @@ class BackgroundWrite:
                 self.steps_in_caller += 1
             else:
                 self.steps_in_background += 1
-            return step
+            return True
 
     def _next(self, in_caller: bool):
         """One step; in the background thread, its CPU time counted (before

@@ -57,7 +57,6 @@ from ...errors import NkserdeError, PeerLostError, in_file
 from ...loading import file_info
 from ...processes.jax_service import coordination_name, multi_process
 from ...saving import line
-from ...saving.host_pace import CrossingTimes
 from ...saving.snapshot import Snapshot, check_storable as _check_storable, private_copy, snapshot
 from ...types.placement import primary
 from ..run import Run, keyed
@@ -113,9 +112,6 @@ class Saver:
         self.writer = CheckpointWriter(files.path)
         self._retire_failures: list = []  # (step, OSError) from the writing thread
         self._previous_lag = 0.0  # seconds from snapshot to file of the last background write
-        self.crossings = CrossingTimes()  # how its writes' arrays crossed to the host: the next one's plan
-        self._rest = 0.0  # seconds of the last background write after its arrays had crossed
-        self._pace_in_flight = None  # (the Pace of the write in flight, when it was submitted)
 
     def save(self, driver, run: Run, *, asynchronous: bool, stopped: bool = False) -> float:
         """Checkpoints ``run.completed`` steps of ``driver``; returns the
@@ -136,9 +132,8 @@ class Saver:
             if asynchronous:
                 state = private_copy(state)
             path = self.files.step_path(completed)
-            pace = self._pace(run, completed, held) if asynchronous else None
             try:
-                steps = self._write_steps(state, path, completed, history, held, pace)
+                steps = self._write_steps(state, path, completed, history, held)
                 del state, held  # the write holds them: fetched arrays free their device memory
                 self.writer.submit(steps, asynchronous=asynchronous, target=path)
             except NkserdeError as exc:
@@ -166,8 +161,6 @@ class Saver:
         write = self.writer.in_flight
         if write is None:
             return
-        if self._pace_in_flight is not None:  # a piece of its arrays crosses during the next step
-            self._pace_in_flight[0].step_ended()
         lagging = time.monotonic() - write.created_at >= max(LAG_FLOOR, 2 * self._previous_lag)
         if write.done or lagging or multi_process():
             self.wait(run, at_step_end=True)
@@ -198,7 +191,6 @@ class Saver:
         if len(writer.lags) == writes:
             return
         lag = self._previous_lag = writer.lags[-1][1]
-        self._crossed(lag)
         if run is not None and run.schedule is not None:
             completed = run.completed + 1 if at_step_end else run.completed
             own = run.snapshot_seconds + waited + writer.background_cpu
@@ -261,42 +253,17 @@ class Saver:
             raise exc
         warnings.warn(f"nkserde: {exc}; {self.newest()}; the run goes on (on_write_error='warn')", stacklevel=outside())
 
-    def _pace(self, run: Run, completed: int, held):
-        """How the arrays of the checkpoint of step ``completed`` written in
-        the background cross to the host (nkserde/saving/host_pace.py): a
-        piece a step over the interval before the next checkpoint, where
-        the measured steps and writes leave room; None (whole) in a run of
-        several processes, whose step waits for the write."""
-        schedule = run.schedule
-        if not held or multi_process() or schedule is None:
-            return None
-        steps_between = schedule.next_step(completed) - completed
-        pace = self.crossings.plan(sum(a.held.nbytes for a in held), steps_between, schedule.step, self._rest)
-        self._pace_in_flight = (pace, time.monotonic())
-        return pace
-
-    def _crossed(self, lag: float) -> None:
-        """The write in flight ended, ``lag`` seconds after it was submitted:
-        how its arrays crossed, and how long the rest took, measured."""
-        if self._pace_in_flight is None:
-            return
-        (pace, submitted), self._pace_in_flight = self._pace_in_flight, None
-        self.crossings.measured(pace)
-        if pace.ended:
-            self._rest = max(0.0, submitted + lag - pace.ended)
-
-    def _write_steps(self, state, path, completed, history, held, pace=None):
+    def _write_steps(self, state, path, completed, history, held):
         """The steps of writing one checkpoint (see background_write.BackgroundWrite).
         ``history``: process 0's steps appending its loggers' new rows to the
         history log, first: they return the position the checkpoint records.
-        ``held``: the arrays of ``state`` in device memory; ``pace``: how they
-        cross to the host."""
+        ``held``: the arrays of ``state`` in device memory."""
         if history is not None:
             state = {**state, checkpoint_file.HISTORY: primary((yield from history))}
         # every process together; one write in flight, so one key sequence for the directory
         sequence = coordination_name("checkpoint:save", self.files.path)
         root = checkpoint_file.ROOT_TYPE
-        yield from line.save_steps(Snapshot(state, held), path, root_type=root, sequence=sequence, pace=pace)
+        yield from line.save_steps(Snapshot(state, held), path, root_type=root, sequence=sequence)
         if jax.process_index() == 0:  # directory upkeep is process 0's
             yield from file_info.verify_steps(path)  # only a verified checkpoint may retire older ones
             # a deletion that fails is not a failure of this write: said apart
