@@ -1,7 +1,8 @@
 """The Checkpoint when the disk fails: a full disk or a vanished directory
 costs the checkpoints that could not be written, never the last good one,
 and (by default) not the run; a read error while resuming falls back to
-the previous checkpoint."""
+the previous checkpoint. A value no file can hold is no failure of the
+disk: it stops the run."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ import os
 import shutil
 
 import netket as nk
+import numpy as np
 import pytest
 
 import builders as B
 import nkserde
 import nkserde.format.reader as reader
-from nkserde.errors import NkserdeError
+from nkserde.errors import NkserdeError, UnregisteredTypeError
 
 N_STEPS = 6
 
@@ -98,6 +100,26 @@ class RemoveDirectoryAt(nk.callbacks.AbstractCallback):
         if driver.step_count == self.at:
             self.checkpoint.wait()
             shutil.rmtree(self.checkpoint.directory)
+
+
+class LogsText(nk.callbacks.AbstractCallback):
+    """Logs an array of strings each step: a column no file can hold."""
+
+    def on_compute_update_end(self, step, log_data, driver):
+        log_data["note"] = np.array(["abc", "de"])
+
+
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_value_no_file_can_hold_stops_the_run_whatever_on_write_error_says(tmp_path, async_save):
+    # every later checkpoint would fail as the first: on_write_error="warn" would lose them all
+    ckpt = nkserde.Checkpoint(tmp_path, every=2, async_save=async_save, on_write_error="warn")
+    driver = B.vmc()
+    with pytest.raises(
+        UnregisteredTypeError, match=r"^loggers/RuntimeLog#0/history/\d+/columns/value: arrays of dtype <U"
+    ):
+        driver.run(N_STEPS, out=nk.logging.RuntimeLog(), callback=[ckpt, LogsText()], show_progress=False)
+    assert driver.step_count < N_STEPS
+    assert ckpt.steps() == []
 
 
 def test_a_vanished_directory_warns_and_the_run_goes_on(tmp_path):

@@ -99,6 +99,19 @@ def test_an_mpack_of_another_model_names_the_path():
         nkserde.load(wider, FIXTURES / WRITERS[-1] / "mcstate.mpack")
 
 
+def test_a_null_where_the_template_has_a_parameter_names_the_path(tmp_path):
+    # nkserde's files store None for a value unset when saved; NetKet's never do
+    parameters = jax.tree_util.tree_map(np.asarray, dict(mc_state().parameters))
+    parameters["visible_bias"] = None
+    path = tmp_path / "null.mpack"
+    path.write_bytes(serialization.msgpack_serialize({"params": parameters}))
+    for template in (mc_state(), mc_state().parameters):
+        with pytest.raises(
+            TemplateMismatchError, match=r"null.mpack: variables/params/visible_bias: the file has null, the template"
+        ):
+            nkserde.load(template, path)
+
+
 def test_an_mpack_into_a_driver_says_what_the_file_holds():
     driver = nk.driver.VMC(
         nk.operator.Ising(HILBERT, nk.graph.Chain(8), h=1.0), nk.optimizer.Sgd(0.01), variational_state=mc_state()

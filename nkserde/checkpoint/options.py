@@ -94,7 +94,10 @@ class CheckpointOptions:
       on_write_error: ``"warn"`` (a checkpoint that cannot be written costs
         that checkpoint: one warning naming it and the newest on disk, and
         the run goes on) or ``"raise"`` (the run stops with the
-        NkserdeError). The checkpoints already written stay either way.
+        NkserdeError). The checkpoints already written stay either way. A
+        value no file can hold (a logged array of strings) is no failure
+        of a write: it stops the run, with the UnregisteredTypeError that
+        names it.
       job: the job around the run (:class:`~nkserde.JobOptions`: the
         signals that stop it with a checkpoint, the walltime it stops
         before, whether it requeues its SLURM job; docs/guides/slurm.md).

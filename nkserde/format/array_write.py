@@ -12,10 +12,9 @@ import threading
 
 import numpy as np
 
-from ..errors import UnregisteredTypeError, format_path
 from . import codecs
 from .checksum import checksum, streaming_checksum
-from .layout import PAYLOAD_START, aligned_offset, dtype_name
+from .layout import PAYLOAD_START, aligned_offset, check_dtype
 
 _ZEROS = bytes(PAYLOAD_START)
 
@@ -34,10 +33,9 @@ def bytes_of(array: np.ndarray) -> memoryview:
 
 
 def stored_dtype(array, path=()) -> str:
-    name = dtype_name(array.dtype)
-    if name is None:
-        raise UnregisteredTypeError(f"{format_path(path)}: cannot store arrays of dtype {array.dtype}")
-    return name
+    """The name a file stores ``array``'s dtype under (checked as the tree
+    was encoded: layout.check_dtype)."""
+    return check_dtype(array.dtype, path)
 
 
 # Raw arrays from this size on are checksummed in a second thread while the

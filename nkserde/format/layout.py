@@ -1,5 +1,6 @@
 """Constants and fixed-size records of the nkserde file layout, and what a
-file can hold: its dtypes (:data:`DTYPES`) and its text (:func:`check_text`)."""
+file can hold: its dtypes (:data:`DTYPES`, :func:`check_dtype`) and its
+text (:func:`check_text`)."""
 
 from __future__ import annotations
 
@@ -109,6 +110,20 @@ def dtype_name(dtype: np.dtype) -> str | None:
     array (a model of hundreds of small arrays, milliseconds a save)."""
     name = np.dtype(dtype).name
     return name if name in DTYPES else None
+
+
+def check_dtype(dtype, path) -> str:
+    """The file name of ``dtype``; raises UnregisteredTypeError naming
+    ``path`` if a file cannot hold arrays of it (the one check of a dtype,
+    taking a snapshot and encoding a tree alike)."""
+    name = dtype_name(dtype)
+    if name is None:
+        what = "Python objects" if np.dtype(dtype).hasobject else f"dtype {dtype}"
+        raise UnregisteredTypeError(
+            f"{format_path(path)}: arrays of {what} cannot be stored (storable dtypes: "
+            f"{', '.join(DTYPES)}; convert strings to bytes or a list of str, dates to int64)"
+        )
+    return name
 
 
 def check_text(value, path, what: str) -> None:

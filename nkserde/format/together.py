@@ -67,14 +67,15 @@ def _error_message(exc: BaseException) -> str:
 class TogetherWrite:
     """One process's part of :func:`nkserde.format.writer.write_file_together`,
     in the three stages of a write (nkserde/format/writer.py): :meth:`encode`
-    is round 1 (:meth:`_agree_on_layout`), :meth:`write` round 2 and process
-    0's region, :meth:`commit` round 3 (process 0 publishes the file); what
-    each phase makes is a record (:class:`Encoded`, :class:`Layout`) passed
-    to the next. Used as a context manager: process 0's temporary file is
-    removed unless the file was published."""
+    of this process's tree is round 1 (:meth:`_agree_on_layout`),
+    :meth:`write` round 2 and process 0's region, :meth:`commit` round 3
+    (process 0 publishes the file); what each phase makes is a record
+    (:class:`Encoded`, :class:`Layout`) passed to the next. Used as a
+    context manager: process 0's temporary file is removed unless the file
+    was published."""
 
-    def __init__(self, path: Path, tree, meta: dict, comm: Communicator):
-        self.path, self.tree, self.meta, self.comm = path, tree, meta, comm
+    def __init__(self, path: Path, meta: dict, comm: Communicator):
+        self.path, self.meta, self.comm = path, meta, comm
         self.rank, self.size = comm.rank, comm.size
         self.encoded: Encoded | None = None  # round 1's input, kept for naming a difference and publishing
         self.layout: Layout | None = None  # process 0's, from round 1
@@ -84,10 +85,10 @@ class TogetherWrite:
         self.answer: dict | None = None  # process 0's answer to round 1: where each process writes
         self.outcome: tuple[dict, BaseException | None] = ({}, None)  # process 0's region: round 3's message
 
-    def encode(self) -> None:
-        """Round 1: each process encodes its part, process 0 checks that
-        they agree, lays out the file and creates it."""
-        self.answer = self._agree_on_layout()
+    def encode(self, tree) -> None:
+        """Round 1: each process encodes its part, ``tree``, process 0
+        checks that they agree, lays out the file and creates it."""
+        self.answer = self._agree_on_layout(tree)
         self.temp = self.path.parent / self.answer["temp"]
 
     def write(self):
@@ -122,8 +123,8 @@ class TogetherWrite:
 
     # -- round 1: encode, describe, check, lay out, create
 
-    def _round_1_part(self) -> dict:
-        self.encoded = encoded = encode_part(self.tree, self.rank, self.size)
+    def _round_1_part(self, tree) -> dict:
+        self.encoded = encoded = encode_part(tree, self.rank, self.size)
         blocks = [  # process 0's own: where only (it streams them); the others': how they are stored too
             [b.array, list(b.start), list(b.data.shape)]
             if isinstance(b, OwnBlock)
@@ -136,10 +137,10 @@ class TogetherWrite:
             "per_process": per_process_values(encoded.tree),
         }
 
-    def _agree_on_layout(self) -> dict:
+    def _agree_on_layout(self, tree) -> dict:
         what = "encoding the state"
         try:
-            message, error = self._round_1_part(), None
+            message, error = self._round_1_part(tree), None
         except Exception as exc:  # noqa: BLE001  (reported to the others, who would wait for ever, then re-raised)
             message, error = {"error": _error_message(exc)}, exc
         answer = self._round(message, self._check_and_lay_out, what, error)

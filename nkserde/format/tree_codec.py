@@ -11,6 +11,9 @@ A per-process value (``placement.PerProcess``) of a run of P processes becomes
 same structure; their arrays are rows of one stacked ``[P, ...]`` array each,
 referenced as ``{"@stacked": i}`` (row r in t_r). It decodes to
 ``placement.ProcessValues``.
+
+Encoding checks what a file can hold, naming the path of what it cannot:
+keys and strings are text, arrays of a dtype a file stores (layout.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 from ..types import nested
 from ..errors import UnregisteredTypeError, format_path
 from ..types.placement import GlobalArray, PerProcess, Primary, ProcessValues
-from .layout import check_text
+from .layout import check_dtype, check_text
 
 ARRAY = "@array"
 STACKED = "@stacked"
@@ -118,6 +121,7 @@ class _Encoder:
         return _scalar(tree, path)
 
     def array(self, array, path: tuple, stacked: bool) -> dict:
+        check_dtype(array.dtype, path)
         if stacked:
             if isinstance(array, GlobalArray):
                 raise TypeError(f"{path}: a per-process value cannot hold an array spread over processes")

@@ -2,7 +2,7 @@
 
 A write is three stages, which the save line calls in order
 (nkserde/saving/line.py) and the entry points here call the same way:
-``encode()`` (the tree as the header's tree and the arrays to write),
+``encode(tree)`` (the tree as the header's tree and the arrays to write),
 ``write()`` (a generator of steps: the arrays streamed into a temporary
 file beside the target, the header after them), ``commit()`` (the
 temporary file fsynced and renamed over the target, the directory
@@ -61,27 +61,27 @@ def write_file_steps(path, tree, meta: dict):
     finished by the run's own thread when it falls behind. A generator
     closed before its end leaves ``path`` untouched (the temporary file is
     removed)."""
-    with FileWrite(path, tree, meta) as write:
-        write.encode()
+    with FileWrite(path, meta) as write:
+        write.encode(tree)
         yield from write.write()
         return write.commit()
 
 
 class FileWrite:
-    """One process's write of ``tree`` (a plain tree, see the package doc)
-    and ``meta`` to ``path``, in its three stages (see the module doc)."""
+    """One process's write of a plain tree (see the package doc) and
+    ``meta`` to ``path``, in its three stages (see the module doc)."""
 
-    def __init__(self, path, tree, meta: dict):
-        self.path, self.tree, self.meta = Path(path), tree, meta
+    def __init__(self, path, meta: dict):
+        self.path, self.meta = Path(path), meta
         self.encoded = None  # (header tree, arrays, their paths, the stored types)
         self._file = contextlib.ExitStack()  # the temporary file, until it is committed
 
-    def encode(self) -> None:
-        """The tree as the header's tree, the list of arrays to write (and
+    def encode(self, tree) -> None:
+        """``tree`` as the header's tree, the list of arrays to write (and
         their paths) and the stored objects' types, which the metadata
         lists."""
         arrays, paths, types = [], [], {}
-        self.encoded = (tree_codec.encode(self.tree, arrays, paths, types=types), arrays, paths, types)
+        self.encoded = (tree_codec.encode(tree, arrays, paths, types=types), arrays, paths, types)
 
     def write(self):
         """Steps: the arrays streamed into a temporary file beside the
@@ -144,7 +144,7 @@ def write_file_together_steps(path, tree, meta: dict, comm: Communicator):
     """:func:`write_file_together` as a generator of steps returning the
     path (see :func:`write_file_steps`); every process must advance its
     own to the end."""
-    with TogetherWrite(Path(path), tree, meta, comm) as write:
-        write.encode()
+    with TogetherWrite(Path(path), meta, comm) as write:
+        write.encode(tree)
         yield from write.write()
         return write.commit()

@@ -112,19 +112,20 @@ def _variables(template_variables, file_variables):
     shardings (mismatches name their path)."""
     template_variables = dict(template_variables)
     file_variables = _lists(file_variables, template_variables)
-    out = walk.from_state_dict(template_variables, _np(file_variables), ("variables",))
-    _no_null_where_the_template_has_a_value(template_variables, out, ("variables",))
-    return out
+    _no_null_where_the_template_has_a_value(template_variables, file_variables, ("variables",))
+    return walk.from_state_dict(template_variables, _np(file_variables), ("variables",))
 
 
 def _no_null_where_the_template_has_a_value(template, value, path):
-    # nkserde's own files store None for an optional value unset when saved;
-    # NetKet's never hold a null where a parameter is
+    # nkserde's own files store None for an optional value unset when saved,
+    # and the walk loads it as None; NetKet's never hold a null where a
+    # parameter is. (A key the file lacks is the walk's to name.)
     if value is None and template is not None:
         raise TemplateMismatchError(f"{format_path(path)}: the file has null, the template {type(template).__name__}")
     if isinstance(template, dict) and isinstance(value, dict):
         for k, t in template.items():
-            _no_null_where_the_template_has_a_value(t, value.get(k), (*path, k))
+            if k in value:
+                _no_null_where_the_template_has_a_value(t, value[k], (*path, k))
 
 
 def _lists(node, template):

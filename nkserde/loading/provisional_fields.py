@@ -4,16 +4,16 @@ over mixed dtypes, a sampler's cached samples). The file's value is tried
 against the template's own, then against the value each of the
 template's first steps gives the field, the first it fits taken.
 
-:func:`restore` is called by the load walk (walk.py) with the
-walk itself (``from_state_dict``) and its context: the check of a fit is
-the walk's, reading nothing (``LoadContext.check_only``)."""
+:func:`value_to_load_into` chooses that value; the load walk (walk.py)
+hands it the check of a fit, its own (``LoadContext.check_only``), and
+loads the file's value into what it returns."""
 
 from __future__ import annotations
 
 import jax
 import numpy as np
 
-from ..errors import CorruptFileError, FileReadError, TemplateMismatchError
+from ..errors import CorruptFileError, FileReadError
 from ..saving.snapshot import SCALARS
 
 
@@ -22,43 +22,33 @@ from ..saving.snapshot import SCALARS
 MAX_FIRST_STEPS = 8
 
 
-def restore(from_state_dict, next_step, template, value, state, path, ctx):
-    """A provisional field (``Registration.provisional``) of ``template``
-    restored from the file's ``state``: into the template's own ``value``
-    where ``state`` fits it as stored (checked by the walk itself, see
-    ``LoadContext.check_only``: nothing is read twice, nothing of the
-    template is stored); else into the value that the template's first
-    steps give the field, step by step, the first that ``state`` fits. None
-    (a step no longer changes the structure, as JAX sees it, or cannot be
-    taken, or the steps ran out): into ``value``, as any field, so that the
-    load refuses (or, lenient, reports) the difference as it does any
+def value_to_load_into(next_step, template, value, fits):
+    """The value a provisional field (``Registration.provisional``) of
+    ``template`` is loaded into: the template's own ``value`` where the
+    file's value fits it as stored (``fits(candidate)``: the walk's check,
+    which reads nothing, see ``LoadContext.check_only``; nothing of the
+    template is stored); else the value that the template's first steps
+    give the field, step by step, the first that fits. None fits (a step
+    no longer changes the structure, as JAX sees it, or cannot be taken,
+    or the steps ran out): ``value``, as for any field, so that the load
+    refuses (or, lenient, reports) the difference as it does any
     other."""
-    if _fits(from_state_dict, value, state, path, ctx):
-        return from_state_dict(value, state, path, ctx)
+    if fits(value):
+        return value
     step = value
     for _ in range(MAX_FIRST_STEPS):
         try:
             before, step = step, next_step(template, step)
-            fits = _fits(from_state_dict, step, state, path, ctx)
+            fitting = fits(step)
         except (CorruptFileError, FileReadError):
             raise  # the file's bytes, whatever the template
         except Exception:  # noqa: BLE001  (the template's own code cannot take the step: it stays as built)
             break
-        if fits:
-            return from_state_dict(step, state, path, ctx)
+        if fitting:
+            return step
         if _same_jax_structure(before, step):
             break  # final: no later step takes the file's structure either
-    return from_state_dict(value, state, path, ctx)
-
-
-def _fits(from_state_dict, template, state, path, ctx) -> bool:
-    """Whether ``state`` fits ``template`` as stored (a check of the walk,
-    see ``LoadContext.check_only``)."""
-    try:
-        from_state_dict(template, state, path, ctx.checking())
-    except TemplateMismatchError:
-        return False
-    return True
+    return value
 
 
 def _same_jax_structure(a, b) -> bool:

@@ -12,6 +12,7 @@ migration) never see each other's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -266,12 +267,11 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
                 restored[k] = _untemplated(fields[s], path + (s,), inner, to_jax=False)
         else:
             field_ctx = dataclasses.replace(inner, dtype_from_file=True) if s in reg.dtype_from_file else inner
-            if s in reg.provisional:
-                restored[k] = provisional_fields.restore(
-                    from_state_dict, reg.provisional[s], template, template_fields[k], fields[s], path + (s,), field_ctx
-                )
-            else:
-                restored[k] = from_state_dict(template_fields[k], fields[s], path + (s,), field_ctx)
+            into = template_fields[k]
+            if s in reg.provisional:  # the template's value, or one its first steps give it, that the file's fits
+                fits = functools.partial(_fits, state=fields[s], path=path + (s,), ctx=field_ctx)
+                into = provisional_fields.value_to_load_into(reg.provisional[s], template, into, fits)
+            restored[k] = from_state_dict(into, fields[s], path + (s,), field_ctx)
     if ctx.check_only:
         return template
     if not ctx.lenient:
@@ -280,6 +280,16 @@ def _restore_node(reg: registry.Registration, template, state, path, ctx: LoadCo
         return reg.from_state(template, restored)
     except TemplateMismatchError as exc:
         return ctx.keep_template(path, "differs", template, str(exc))
+
+
+def _fits(template, state, path, ctx: LoadContext) -> bool:
+    """Whether ``state`` fits ``template`` as stored (a check of the walk,
+    see ``LoadContext.check_only``)."""
+    try:
+        from_state_dict(template, state, path, ctx.checking())
+    except TemplateMismatchError:
+        return False
+    return True
 
 
 def _unwrap(value):

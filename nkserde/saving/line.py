@@ -3,10 +3,13 @@
     snapshot -> host -> encode -> write -> commit
 
 1. snapshot (snapshot.py): the objects' state dict, on the caller's
-   thread; arrays in a GPU's or TPU's memory held as they are.
+   thread, where a value no file can hold is refused, named by its path
+   (text, dtypes: nkserde/format/layout.py); arrays in a GPU's or TPU's
+   memory held as they are.
 2. host: their copies to the host, all started before the first is
    waited for.
-3. encode: the state dict as the header's tree and the arrays to write.
+3. encode: the state dict as the header's tree and the arrays to write
+   (a state dict saved as it is, by save_state_dict, checked there).
 4. write: the arrays streamed into a temporary file beside the target,
    the header after them, all fsynced.
 5. commit: the temporary file renamed over the target, the directory
@@ -46,7 +49,8 @@ def save(obj, path) -> Path:
     file: replicated values once, arrays split over processes assembled from
     each process's blocks, per-process values stacked. See
     docs/distributed.md."""
-    return fileformat.drain(save_steps(snapshot(obj), path, root_type=type(obj).__name__))
+    snap = snapshot(obj)
+    return fileformat.drain(save_steps(snap, path, root_type=type(obj).__name__))
 
 
 def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
@@ -58,34 +62,35 @@ def save_state_dict(state, path, *, root_type: str | None = None) -> Path:
 
 def save_steps(snap: Snapshot, path, *, root_type: str | None = None, sequence: str | None = None):
     """The stages of a save after its snapshot (host, encode, write,
-    commit) as a generator of steps, each a bounded piece of the write,
-    returning the path: any thread may advance it (a background writer
-    that falls behind is finished by the run's thread). In a run of
-    several processes each round with the others is one step.
+    commit), each handed the last one's result, as a generator of steps,
+    each a bounded piece of the write, returning the path: any thread may
+    advance it (a background writer that falls behind is finished by the
+    run's thread). In a run of several processes each round with the
+    others is one step.
     ``root_type``: what the file's metadata names as its content (default:
     the type of the state dict's root). ``sequence``: the name of a series
     of saves that never overlap (a Checkpoint's, one directory): they share
     coordination keys, each deleting the last one's; by default one per
     target file."""
     path = Path(path)
-    state = yield from to_host(snap)
-    meta = new_meta(state, root_type or type(state).__name__)
-    with _file_write(path, state, meta, sequence) as write:
-        write.encode()
+    meta = new_meta(snap.state, root_type or type(snap.state).__name__)
+    with _file_write(path, meta, sequence) as write:
+        state = yield from to_host(snap)
+        write.encode(state)
         yield from write.write()
         return write.commit()
 
 
-def _file_write(path: Path, state, meta: dict, sequence: str | None):
+def _file_write(path: Path, meta: dict, sequence: str | None):
     """The write of one file: this process's alone, or in a run of several
     processes every process's part of it (format/together.py)."""
     if jax.process_count() == 1:
-        return writer.FileWrite(path, state, meta)
+        return writer.FileWrite(path, meta)
     from ..processes.jax_service import coordination_name, group
 
     # one key sequence per target: saves to different files (an
     # asynchronous checkpoint and a direct save) cannot cross
-    return writer.TogetherWrite(path, state, meta, group(sequence or coordination_name("save", path)))
+    return writer.TogetherWrite(path, meta, group(sequence or coordination_name("save", path)))
 
 
 def new_meta(state, root_type: str) -> dict:

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from ..types import builtin_types, registry
-from ..format.layout import DTYPES, check_text, dtype_name
+from ..format.layout import check_dtype, check_text
 from ..errors import UnregisteredTypeError, format_path
 from ..format.tree_codec import TYPE, VERSION
 from ..types import nested
@@ -175,15 +175,15 @@ def to_state_dict(obj, path=(), *, check_only: bool = False, held: list | None =
             check_text(obj, path, "string")
         return obj
     if isinstance(obj, np.ndarray):
-        _check_dtype(obj.dtype, path)
+        check_dtype(obj.dtype, path)
         return obj
     if isinstance(obj, np.generic):
-        _check_dtype(obj.dtype, path)
+        check_dtype(obj.dtype, path)
         return np.asarray(obj)
     if isinstance(obj, jax.Array):
         if builtin_types.is_key_array(obj):
             return _node(registry.lookup(builtin_types.KeyArray), obj, path, check_only, held)
-        _check_dtype(obj.dtype, path)
+        check_dtype(obj.dtype, path)
         return jax.ShapeDtypeStruct(obj.shape, obj.dtype) if check_only else _host_array(obj, held)
     reg = registry.lookup(type(obj))
     if reg is not None:
@@ -246,15 +246,6 @@ def _new_key(k, seen: dict, path) -> str:
         )
     seen[key] = k
     return key
-
-
-def _check_dtype(dtype, path) -> None:
-    if dtype_name(dtype) is None:
-        what = "Python objects" if np.dtype(dtype).hasobject else f"dtype {dtype}"
-        raise UnregisteredTypeError(
-            f"{format_path(path)}: arrays of {what} cannot be stored (storable dtypes: "
-            f"{', '.join(DTYPES)}; convert strings to bytes or a list of str, dates to int64)"
-        )
 
 
 def _node(reg: registry.Registration, obj, path, check_only: bool, held: list | None) -> dict:

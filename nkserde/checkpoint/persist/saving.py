@@ -126,7 +126,8 @@ class Saver:
             # the write in flight appends to the history log: this one's rows start where it ended
             self.wait(run)
             self.settle()
-            state, held = snapshot(payload(driver, run, completed, stopped))
+            content = payload(driver, run, completed, stopped)
+            state, held = snapshot(content)
             # the loggers' rows since the last checkpoint, copied, to be appended to the history log
             state, history = run.histories.prepare(state, completed)
             if asynchronous:
