@@ -17,7 +17,8 @@ step's start) doing one of:
   ``--piece-mb`` MB along its first axis (one run per size given), each
   copied once the one before it is on the host (the steps' own small
   reads wait behind one piece);
-* ``nkserde``: ``nkserde.Checkpoint(every=...)`` (asynchronous).
+* ``nkserde``: ``nkserde.Checkpoint(every=...)`` (asynchronous);
+* ``auto``: ``nkserde.Checkpoint(every="auto")``.
 
 Printed per run: the loop's time (checkpoint_overhead.py's), the time in
 the Checkpoint's step hooks, and the most device memory in use, sampled
@@ -48,7 +49,7 @@ from netket.utils import struct  # noqa: E402
 import nkserde  # noqa: E402
 from _environment import parent_directory  # noqa: E402
 
-MODES = ("plain", "copy", "copy+read", "read", "pieces", "nkserde")
+MODES = ("plain", "copy", "copy+read", "read", "pieces", "nkserde", "auto")
 
 
 def state_arrays(driver) -> list:
@@ -155,8 +156,9 @@ def main(argv=None) -> int:
             memory = MemoryPeak()
             if mode == "plain":
                 row = co.timed_run(fresh(), args.steps, None, parent)
-            elif mode == "nkserde":
-                row = co.timed_run(fresh(), args.steps, (args.every, True), parent)
+            elif mode in ("nkserde", "auto"):
+                every = "auto" if mode == "auto" else args.every
+                row = co.timed_run(fresh(), args.steps, (every, True), parent)
             else:
                 row = co.timed_run(fresh(), args.steps, None, parent, extra=[Transfer(mode, args.every, piece)])
             peak = memory.end()
