@@ -39,7 +39,7 @@ from nkserde.processes.peer_watch import LOST_AFTER, PeerWatch, keepalive
 from simulated_store import SimulatedStore
 
 PEER = Path(__file__).with_name("_peer_process.py")
-LOST_AFTER_HERE = 2.0  # the tests' watches: a host silent 2 s is lost
+LOST_AFTER_HERE = 1.0  # the tests' watches: a host silent 1 s (the kernel: 2 s) is lost
 WAIT = 60.0  # seconds any event of these tests may take on a loaded machine, at most
 # a killed process's connection ends (its kernel closes it) or is reset (a
 # connection it had not accepted yet, or had unread bytes on)
@@ -182,7 +182,8 @@ def test_a_process_whose_host_stops_answering_is_lost(tmp_path):
         other.cut()
         assert peer.heard.wait(WAIT)
         peer.said(kill=True)
-    assert peer.lost == [(1, "its host did not answer for 2 s: its node down or cut off the network", True)]
+    silent = f"its host did not answer for {LOST_AFTER_HERE:.0f} s: its node down or cut off the network"
+    assert peer.lost == [(1, silent, True)]
 
 
 def test_the_coordinator_serves_two_requests_per_process_and_run_at_1024_processes():

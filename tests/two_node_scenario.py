@@ -165,9 +165,9 @@ class Scenario:
     def both_nodes_up(self) -> None:
         # 2 minutes: a first attempt started at low priority beside the
         # suite still completes steps before its guard stops it; 50 steps of
-        # 3 s (150 s) never fit in one
+        # 2 s (100 s) and the attempt's start never fit in one
         walltime = self.submit("walltime", ["-N2", "--ntasks-per-node=1", "--time=2"],
-                               {**TWO, "STEP_SECONDS": "3"}, signal_line=False)  # fmt: skip
+                               {**TWO, "STEP_SECONDS": "2"}, signal_line=False)  # fmt: skip
         local = f"/tmp/nkserde-two-nodes/ckpt-{self.root.name}"
         node_local = self.submit("node-local", ["-N2", "--ntasks-per-node=1"], {**TWO, "CHECKPOINT_DIRECTORY": local})
         self.live_owner()
