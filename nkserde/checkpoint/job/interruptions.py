@@ -61,7 +61,7 @@ class Interruptions:
         self._signalled, self._refused = False, None
         self._flag = None  # a StopFlag shared by the processes of a multi-process run
         self._abort_watch: AbortWatch | None = None  # requeues the job if JAX aborts the run (process 0)
-        self._peer_watch: PeerWatch | None = None  # requeues the job if a process goes silent (SLURM)
+        self._peer_watch: PeerWatch | None = None  # has the job requeued if a process of the run is lost (SLURM)
         self.catcher = SignalCatcher(
             options.signals,
             # Ctrl-C from a step's sampling to its end, or in a save: the
