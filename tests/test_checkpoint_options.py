@@ -31,6 +31,16 @@ def test_the_checkpoint_shows_the_options_of_their_one_declaration():
         }
 
 
+def test_the_checkpoint_docstring_describes_each_option_once():
+    # help(nkserde.Checkpoint) lists every option with what it means, in
+    # place of "**options" (on Python 3.13, which stores docstrings
+    # dedented, as on earlier versions)
+    doc = nkserde.Checkpoint.__doc__
+    assert "**options" not in doc
+    for name in CheckpointOptions.__dataclass_fields__:
+        assert doc.count(f"\n  {name}: ") == 1, name
+
+
 def test_the_defaults():
     options = CheckpointOptions()
     assert options.every == nkserde.EverySteps(50) and options.keep == nkserde.KeepLatest(3)

@@ -211,9 +211,11 @@ def with_options_described(doc: str) -> str:
     """``doc`` (Checkpoint's docstring) with what each option means, from
     :class:`CheckpointOptions`, in place of its ``**options`` entry, as
     help(), IDEs and the API page show it: the options are described
-    once, where they are declared."""
-    described = CheckpointOptions.__doc__.split("    Attributes:\n", 1)[1].rstrip() + "\n"
-    start = doc.index("      **options: ")
+    once, where they are declared. Both docstrings are dedented first:
+    Python 3.13 stores them dedented, earlier versions as written."""
+    doc = inspect.cleandoc(doc) + "\n"
+    described = inspect.cleandoc(CheckpointOptions.__doc__).split("Attributes:\n", 1)[1].rstrip() + "\n"
+    start = doc.index("  **options: ")
     return doc[:start] + described + doc[doc.index("\n\n", start) + 1 :]
 
 
