@@ -18,7 +18,10 @@ step's start) doing one of:
   copied once the one before it is on the host (the steps' own small
   reads wait behind one piece);
 * ``nkserde``: ``nkserde.Checkpoint(every=...)`` (asynchronous);
-* ``auto``: ``nkserde.Checkpoint(every="auto")``.
+* ``auto``: ``nkserde.Checkpoint(every="auto")``;
+* ``hooks``: ``nkserde.Checkpoint(every=10**9)``: its step hooks, no
+  checkpoint before the run's end (what the Checkpoint costs the steps
+  apart from its checkpoints).
 
 Printed per run: the loop's time (checkpoint_overhead.py's), the time in
 the Checkpoint's step hooks, and the most device memory in use, sampled
@@ -49,7 +52,7 @@ from netket.utils import struct  # noqa: E402
 import nkserde  # noqa: E402
 from _environment import parent_directory  # noqa: E402
 
-MODES = ("plain", "copy", "copy+read", "read", "pieces", "nkserde", "auto")
+MODES = ("plain", "copy", "copy+read", "read", "pieces", "nkserde", "auto", "hooks")
 
 
 def state_arrays(driver) -> list:
@@ -156,8 +159,8 @@ def main(argv=None) -> int:
             memory = MemoryPeak()
             if mode == "plain":
                 row = co.timed_run(fresh(), args.steps, None, parent)
-            elif mode in ("nkserde", "auto"):
-                every = "auto" if mode == "auto" else args.every
+            elif mode in ("nkserde", "auto", "hooks"):
+                every = {"auto": "auto", "hooks": 10**9}.get(mode, args.every)
                 row = co.timed_run(fresh(), args.steps, (every, True), parent)
             else:
                 row = co.timed_run(fresh(), args.steps, None, parent, extra=[Transfer(mode, args.every, piece)])
