@@ -31,8 +31,37 @@ def mpirun(workdir: Path, **env) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        start_new_session=True,  # mpirun and its two ranks: one process group to kill
+        start_new_session=True,  # mpirun and its two ranks: one session to kill
     )
+
+
+def in_session(session: int) -> list[int]:
+    """The live processes of ``session`` (zombies aside)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, _, sid = stat.read_text().rsplit(")", 1)[1].split()[:4]
+        except (OSError, ValueError):  # it ended meanwhile
+            continue
+        if int(sid) == session and state != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def kill_launch(launch: subprocess.Popen) -> None:
+    """SIGKILL mpirun and its ranks together, as a node crash does, and
+    wait until none is left. Open MPI gives each rank a process group of
+    its own in mpirun's session: killing mpirun's group alone leaves the
+    ranks running, orphaned, beside the launch that resumes."""
+    deadline = time.monotonic() + 30
+    while pids := in_session(launch.pid):
+        assert time.monotonic() < deadline, f"processes {pids} of the killed launch outlive SIGKILL"
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 @pytest.mark.mpi
@@ -49,10 +78,10 @@ def test_mpirun_two_processes_killed_and_launched_again_end_exactly(tmp_path):
     deadline = time.monotonic() + TIMEOUT
     while not checkpoint.exists():
         if first.poll() is not None or time.monotonic() > deadline:
-            os.killpg(first.pid, signal.SIGKILL)
+            kill_launch(first)
             pytest.fail(f"no checkpoint of step 10 (exit {first.returncode}):\n{first.communicate()[0][-4000:]}")
         time.sleep(0.05)
-    os.killpg(first.pid, signal.SIGKILL)
+    kill_launch(first)
     output = first.communicate()[0]
     assert "finished" not in output
     killed_at = max(int(v) for v, _ in cluster.lines(output, "step"))
