@@ -107,6 +107,20 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if not item.get_closest_marker("slurm")] + waiting
 
 
+def pytest_runtest_setup(item):
+    # the tests marked plot draw with matplotlib (the plot extra): without
+    # it they skip, or fail where it is required (.ci/run runs them in a
+    # venv of their own: matplotlib installed slows each process's import
+    # of NetKet, whose igraph then imports pyplot, by 1.5 s of CPU)
+    if item.get_closest_marker("plot"):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            if os.environ.get("NKSERDE_REQUIRE_PLOT") == "1":
+                pytest.fail("NKSERDE_REQUIRE_PLOT=1 and matplotlib is not installed")
+            pytest.skip('draws with matplotlib: pip install -e ".[test,plot]"')
+
+
 def pytest_collection_finish(session):
     if session.config.option.collectonly:  # nothing runs: nothing is submitted
         return

@@ -639,7 +639,7 @@ def test_history_of_a_run_of_two_processes(inputs):
     assert energy["Mean"] == log["Energy"]["Mean"] and energy["Sigma"] == log["Energy"]["Sigma"]
 
 
-def test_history_and_plot_of_a_checkpointed_directory_of_two_runs(inputs, tmp_path):
+def test_history_of_a_checkpointed_directory_of_two_runs(inputs, tmp_path):
     # a ground state (run-0), then a TDVP quench (run-1), whose rows are logged at times
     code, data = run_json("history", inputs / "dyn", "--keys", "acceptance,Generator")
     assert code == 0
@@ -651,6 +651,10 @@ def test_history_and_plot_of_a_checkpointed_directory_of_two_runs(inputs, tmp_pa
     with pytest.raises(nkserde.errors.NkserdeError, match="holds the checkpoints of 2 run"):
         nkserde.history(inputs / "dyn")
     assert nkserde.history(inputs / "dyn" / "run-1")["Generator"]["iters"].dtype.kind == "f"
+
+
+@pytest.mark.plot
+def test_plot_of_a_checkpointed_directory_of_two_runs(inputs, tmp_path):
     code, out, err = here("plot", inputs / "dyn", "-o", tmp_path / "dyn.png", "--json")
     assert (code, err) == (0, "")
     assert json.loads(out)["panels"] == ["Energy", "acceptance", "Generator", "t"]  # each run's, as logged

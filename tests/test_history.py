@@ -207,6 +207,7 @@ def curve_pixels(image: np.ndarray, rgb, tolerance=40) -> np.ndarray:
     return np.argwhere(distance < tolerance)
 
 
+@pytest.mark.plot
 def test_the_plot_is_an_image_of_the_asked_size_showing_the_curve_and_the_restarts(killed, tmp_path):
     from PIL import Image
 

@@ -100,7 +100,6 @@ def panels_of(found: list) -> list[tuple[str, str | None]]:
 def cmd_plot(args) -> int:
     output = Path(args.output)
     kind = _format(output)
-    figure_class = _figure_class()
     found = history_command.read(args)
     if not args.keys:  # the run's quantities, not NetKet's clock
         found = [(h, {n: f for n, f in chosen.items() if n not in NOT_BY_DEFAULT}) for h, chosen in found]
@@ -108,7 +107,9 @@ def cmd_plot(args) -> int:
     if not panels:
         raise CommandError(f"{args.path}: nothing logged that is a number per step to draw (--keys chooses)")
     width, height = _size(args.size, len(panels))
-    figure = draw(figure_class, found, panels, (width, height), args.exact, title=str(args.path))
+    # matplotlib last: what the arguments and the directory get wrong is
+    # said whether or not the extra is installed
+    figure = draw(_figure_class(), found, panels, (width, height), args.exact, title=str(args.path))
     with atomic_write(output) as f:
         figure.savefig(f, format=kind, dpi=DPI)
     restarts = sum(len(h.restarts) for h, _ in found)
