@@ -82,7 +82,22 @@ def damage(path: Path, offset: int = 70):
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def two_runs(tmp_path_factory):
+    """checkpointed(...)'s directory of a ground state (run-0), then a TDVP
+    quench (run-1): one process (the plot test runs in CI's Python 3.13
+    venv with this fixture alone)."""
+    root = tmp_path_factory.mktemp("two-runs") / "dyn"
+    nkserde.checkpoint.reset_run_numbering()
+    gs = nkserde.checkpointed(builders.vmc(), root, every=2, async_save=False)
+    gs.run(4, out=nk.logging.RuntimeLog(), show_progress=False)
+    te = nkserde.checkpointed(builders.tdvp(), root, every=2, async_save=False)
+    te.run(0.04, out=nk.logging.RuntimeLog(), show_progress=False)
+    nkserde.checkpoint.reset_run_numbering()
+    return root
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory, two_runs):
     root = tmp_path_factory.mktemp("cli")
     # a Checkpoint directory of a VMC run: steps 2, 4, 6
     driver = builders.vmc()
@@ -98,13 +113,7 @@ def inputs(tmp_path_factory):
     damage(root / "damaged-dir" / "step-0000000006.nks")
     shutil.copy(root / "vmc" / "step-0000000004.nks", root / "damaged.nks")
     damage(root / "damaged.nks")
-    # checkpointed(...): a ground state (run-0), then a TDVP quench (run-1)
-    nkserde.checkpoint.reset_run_numbering()
-    gs = nkserde.checkpointed(builders.vmc(), root / "dyn", every=2, async_save=False)
-    gs.run(4, out=nk.logging.RuntimeLog(), show_progress=False)
-    te = nkserde.checkpointed(builders.tdvp(), root / "dyn", every=2, async_save=False)
-    te.run(0.04, out=nk.logging.RuntimeLog(), show_progress=False)
-    nkserde.checkpoint.reset_run_numbering()
+    shutil.copytree(two_runs, root / "dyn")
     # small files whose values differ slightly, and by an entry
     x = np.linspace(0.0, 1.0, 10)
     nkserde.save({"x": x, "n": 3}, root / "x.nks")
@@ -654,7 +663,7 @@ def test_history_of_a_checkpointed_directory_of_two_runs(inputs, tmp_path):
 
 
 @pytest.mark.plot
-def test_plot_of_a_checkpointed_directory_of_two_runs(inputs, tmp_path):
-    code, out, err = here("plot", inputs / "dyn", "-o", tmp_path / "dyn.png", "--json")
+def test_plot_of_a_checkpointed_directory_of_two_runs(two_runs, tmp_path):
+    code, out, err = here("plot", two_runs, "-o", tmp_path / "dyn.png", "--json")
     assert (code, err) == (0, "")
     assert json.loads(out)["panels"] == ["Energy", "acceptance", "Generator", "t"]  # each run's, as logged
