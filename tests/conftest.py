@@ -109,9 +109,8 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_runtest_setup(item):
     # the tests marked plot draw with matplotlib (the plot extra): without
-    # it they skip, or fail where it is required (.ci/run runs them in a
-    # venv of their own: matplotlib installed slows each process's import
-    # of NetKet, whose igraph then imports pyplot, by 1.5 s of CPU)
+    # it they skip, or fail where it is required (.ci/run runs them in its
+    # Python 3.13 venv; docs/development.md says why not in the suite's)
     if item.get_closest_marker("plot"):
         try:
             import matplotlib  # noqa: F401
