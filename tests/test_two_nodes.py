@@ -105,9 +105,6 @@ class Scenario:
                 text += (self.root / name).read_text()[-6000:]
         return text
 
-    def reference(self, processes: int, steps: int) -> Path:
-        return cluster.shared_reference(processes, steps)
-
     def workdir(self, case: str) -> Path:
         return tn.SHARED / f"nkserde-two-nodes-{self.root.name}" / case
 
@@ -127,7 +124,7 @@ def diagnosis(record: dict) -> str:
 
 
 def same_run(case: str, processes: int, steps: int) -> None:
-    cluster.assert_same_run(JOBS.workdir(case), JOBS.reference(processes, steps), steps)
+    cluster.assert_same_run(JOBS.workdir(case), cluster.shared_reference(processes, steps), steps)
 
 
 def resumed_from(text: str) -> list[int]:
