@@ -200,6 +200,15 @@ def test_outside_slurm_a_jobs_lock_is_judged_by_its_lease(tmp_path, clock, monke
     lock.release()
 
 
+def take_over(path) -> None:
+    """A run of another host takes the lock at ``path``: its whole line in
+    place at once (the renewal thread, checking every 0.1 s, never sees the
+    lock missing or half written, which it would judge removed)."""
+    temp = path.with_name(".lock-taken")
+    temp.write_text(other_host(lease=0.1).line())
+    os.replace(temp, path)
+
+
 def test_the_owner_renews_its_lock_and_finds_it_taken_over(tmp_path, monkeypatch):
     monkeypatch.setenv(lease.ENVIRONMENT, "1")  # renewed every 0.1 s
     lock = DirectoryLock(tmp_path)
@@ -213,8 +222,7 @@ def test_the_owner_renews_its_lock_and_finds_it_taken_over(tmp_path, monkeypatch
     assert os.stat(path).st_mtime_ns > before - 10**9  # renewed
     assert lock.lost is None
     # another run took it over (its owner was stopped for longer than the bound)
-    path.unlink()
-    path.write_text(other_host(lease=0.1).line())
+    take_over(path)
     assert "taken over by process 4242 on host node-that-died" in lock.lost
     lock.release()
     assert Owner.parse(path.read_text()).pid == 4242  # not this run's to remove
@@ -316,8 +324,7 @@ def _run_taken_over_after_step_3(tmp_path, monkeypatch, *, wait_for_the_write: b
                 if wait_for_the_write:
                     ckpt.wait()
                 path = tmp_path / ".lock"
-                path.unlink()
-                path.write_text(other_host(lease=0.1).line())
+                take_over(path)
                 deadline = time.monotonic() + 30
                 while ckpt._files.lock.renewal_lost is None and time.monotonic() < deadline:
                     time.sleep(0.05)
