@@ -110,25 +110,46 @@ def reset_compilation_cache() -> None:
 TEMPORARY_ENTRY_PREFIX = ".nkserde-writing-"  # never ends in JAX's "-cache": JAX and the prune skip it
 
 
-def write_cache_entries_atomically() -> None:
-    """Makes JAX's file cache write each entry into a temporary file of its
-    directory, then rename it into place (once per process): a reader in
-    another process or on another node (the other processes of a run read
-    while process 0 writes) finds no entry or the whole of it, never a part
-    it reports as an error, and a writer killed in the middle leaves no
-    truncated entry, which JAX would report on every later run and never
-    replace. Relies on ``jax._src.lru_cache.LRUCache.put`` (JAX 0.4.26 to
-    0.10); JAX's own ``put`` still writes with its eviction on (it takes a
-    lock around its reads and writes) and for a path that is not a local one."""
+_skipped = None  # skip_cache_in's predicate: directory -> whether JAX's file cache is left alone there
+
+
+def skip_cache_in(skipped) -> None:
+    """From now on JAX's file cache, as :func:`wrap_file_cache` makes it,
+    reads nothing from and writes nothing to a directory for which
+    ``skipped(directory)`` is true (asked at each read and write, the
+    directory as a string; None: no directory is skipped)."""
+    global _skipped
+    _skipped = skipped
+
+
+def wrap_file_cache() -> None:
+    """Makes JAX's file cache (once per process) skip the directories
+    :func:`skip_cache_in` names, and write each entry into a temporary file
+    of its directory, then rename it into place: a reader in another
+    process or on another node finds no entry or the whole of it, never a
+    part it reports as an error, and a writer killed in the middle leaves
+    no truncated entry, which JAX would report on every later run and never
+    replace. Relies on ``jax._src.lru_cache.LRUCache.get`` and ``put`` (JAX
+    0.4.26 to 0.12); JAX's own ``put`` still writes with its eviction on
+    (it takes a lock around its reads and writes) and for a path that is
+    not a local one."""
     from pathlib import Path
 
     from jax._src import lru_cache
 
     if getattr(lru_cache.LRUCache.put, "writes_atomically", False):
         return
-    jax_put = lru_cache.LRUCache.put
+    jax_get, jax_put = lru_cache.LRUCache.get, lru_cache.LRUCache.put
+
+    def skipped(cache) -> bool:
+        return _skipped is not None and _skipped(str(getattr(cache, "path", "")))
+
+    def get(self, key: str, *args, **kwargs):
+        return None if skipped(self) else jax_get(self, key, *args, **kwargs)
 
     def put(self, key: str, value: bytes) -> None:
+        if skipped(self):
+            return None
         where = str(getattr(self, "path", ""))  # a pathlib or an etils path; "gs://..." is not local
         if not key or not where or "://" in where or getattr(self, "eviction_enabled", True):
             return jax_put(self, key, value)
@@ -146,4 +167,4 @@ def write_cache_entries_atomically() -> None:
         return None
 
     put.writes_atomically = True
-    lru_cache.LRUCache.put = put
+    lru_cache.LRUCache.get, lru_cache.LRUCache.put = get, put

@@ -238,7 +238,7 @@ def test_a_cache_entry_appears_whole_or_not_at_all(tmp_path, monkeypatch):
 
     from nkserde import jax_internals
 
-    jax_internals.write_cache_entries_atomically()
+    jax_internals.wrap_file_cache()
     cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
     value = os.urandom(100_000)
     renames = []
@@ -276,3 +276,46 @@ def test_prune_deletes_what_a_killed_writer_left_once_it_is_an_hour_old(tmp_path
     (tmp_path / "jit_h-abc-cache").write_bytes(b"x" * 10)
     jax_executables.prune(tmp_path, 2**20)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new.name, "jit_h-abc-cache"])
+
+
+def test_a_skipped_directory_is_neither_read_nor_written(tmp_path):
+    """JAX's file cache, as nkserde wraps it, acts as empty in a directory
+    its predicate names (nkserde's own, in a run of several processes)."""
+    from jax._src import lru_cache
+
+    from nkserde import jax_internals
+
+    jax_internals.wrap_file_cache()
+    cache = lru_cache.LRUCache(str(tmp_path), max_size=-1)
+    cache.put("jit_f-abc", b"compiled")
+    before = jax_internals._skipped
+    jax_internals.skip_cache_in(lambda directory: directory == str(tmp_path))
+    try:
+        assert cache.get("jit_f-abc") is None
+        cache.put("jit_g-abc", b"compiled")
+    finally:
+        jax_internals.skip_cache_in(before)
+    assert [p.name for p in tmp_path.iterdir()] == ["jit_f-abc-cache"]
+    assert cache.get("jit_f-abc") == b"compiled"  # another directory's predicate: read as before
+
+
+def test_a_run_of_two_processes_neither_reads_nor_writes_nkserdes_cache(tmp_path, monkeypatch):
+    """Two JAX processes (gloo) with nkserde's own cache: JAX would read it
+    in process 0 only, and under JAX 0.12.1 a program process 0 found there,
+    compiled from other source lines than the other process compiles, hangs
+    in its first collective. Entries a first launch wrote into that
+    directory (as a cache of the user's own) are not read by a second
+    launch, which writes none (JAX logs its hits: JAX_LOG_COMPILES)."""
+    from multiprocess import launch
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(jax_executables.ENVIRONMENT, raising=False)
+    ours = jax_executables.default_directory()
+    launch(2, ["straight", tmp_path / "first", "vmc", 1], jax_cache=ours)
+    written = sorted(p.name for p in ours.iterdir())
+    assert any(name.startswith("jit_") for name in written), written
+    outputs = launch(2, ["straight", tmp_path / "second", "vmc", 1], env={"JAX_LOG_COMPILES": "1"})
+    for rank, output in enumerate(outputs):
+        assert "Finished XLA compilation" in output, output[-3000:]  # JAX_LOG_COMPILES is heard
+        assert "Persistent compilation cache hit" not in output, f"process {rank}:\n{output[-3000:]}"
+    assert sorted(p.name for p in ours.iterdir()) == written

@@ -16,8 +16,7 @@ warning: "Do not share a compilation cache with users you do not trust");
 docs/explanations/threat-model.md.
 
 Every compilation is cached (JAX's default skips those under one second),
-JAX writes from process 0 only (its own rule in multi-process runs), each
-entry renamed into place once written (the other processes, other nodes,
+each entry renamed into place once written (other runs, on other nodes,
 read while it writes: they see all of an entry or none), and
 the cache is kept under ``max_bytes`` by deleting its least recently used
 entries when a run starts (process 0; JAX's own bound needs the
@@ -27,6 +26,14 @@ the user configured for JAX (``JAX_COMPILATION_CACHE_DIR``,
 ``jax.config.update("jax_compilation_cache_dir", ...)``, also after nkserde
 pointed JAX at its own) or turned off (``JAX_ENABLE_COMPILATION_CACHE=0``)
 is left as it is.
+
+A run of several processes (``jax.process_count() > 1``, known once
+``jax.distributed`` is initialized, usually after nkserde's import) neither
+reads nor writes this cache. JAX reads it in process 0 only, so each other
+process compiles for itself and the run's start waits for them anyway; and
+JAX 0.12.1 hangs in the first collective of a program that process 0 found
+cached from other source lines than the other processes compile (a script
+edited, then run again: the program is the same, its lines are not).
 """
 
 from __future__ import annotations
@@ -99,7 +106,8 @@ def use(directory=None, *, max_bytes: int | None) -> Path | None:
         jax.config.update("jax_compilation_cache_dir", str(path))
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-        jax_internals.write_cache_entries_atomically()  # the cache is read by other processes, other nodes
+        jax_internals.wrap_file_cache()  # the cache is read by other runs, other nodes
+        jax_internals.skip_cache_in(_ours_in_a_run_of_several_processes)
         # JAX decides at its first compilation whether a cache is used; a
         # script that built its driver before has compiled already
         jax_internals.reset_compilation_cache()
@@ -112,6 +120,12 @@ def use(directory=None, *, max_bytes: int | None) -> Path | None:
         _pruned.add(path)
         prune(path, max_bytes)
     return path
+
+
+def _ours_in_a_run_of_several_processes(directory: str) -> bool:
+    """Whether JAX's file cache must leave ``directory`` alone now (the
+    module's docstring says why)."""
+    return _ours is not None and Path(directory) == _ours and jax.process_count() > 1
 
 
 def prune(directory: Path, max_bytes: int) -> int:
