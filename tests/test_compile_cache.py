@@ -305,17 +305,19 @@ def test_a_run_of_two_processes_neither_reads_nor_writes_nkserdes_cache(tmp_path
     compiled from other source lines than the other process compiles, hangs
     in its first collective. Entries a first launch wrote into that
     directory (as a cache of the user's own) are not read by a second
-    launch, which writes none (JAX logs its hits: JAX_LOG_COMPILES)."""
+    launch, which resumes the first's checkpoints, writes no entry and says
+    it had no cache (JAX logs its hits: JAX_LOG_COMPILES)."""
     from multiprocess import launch
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "home"))
     monkeypatch.delenv(jax_executables.ENVIRONMENT, raising=False)
     ours = jax_executables.default_directory()
-    launch(2, ["straight", tmp_path / "first", "vmc", 1], jax_cache=ours)
+    launch(2, ["ckpt", tmp_path / "run", "vmc", 4, "run"], jax_cache=ours, timeout=600)  # beside a busy suite
     written = sorted(p.name for p in ours.iterdir())
     assert any(name.startswith("jit_") for name in written), written
-    outputs = launch(2, ["straight", tmp_path / "second", "vmc", 1], env={"JAX_LOG_COMPILES": "1"})
+    outputs = launch(2, ["ckpt", tmp_path / "run", "vmc", 8, "run"], env={"JAX_LOG_COMPILES": "1"}, timeout=600)
     for rank, output in enumerate(outputs):
         assert "Finished XLA compilation" in output, output[-3000:]  # JAX_LOG_COMPILES is heard
         assert "Persistent compilation cache hit" not in output, f"process {rank}:\n{output[-3000:]}"
+    assert "resumed in " in outputs[0] and "(no compilation cache)" in outputs[0], outputs[0][-3000:]
     assert sorted(p.name for p in ours.iterdir()) == written

@@ -83,6 +83,14 @@ def configured() -> str | None:
     return jax.config.jax_compilation_cache_dir or None
 
 
+def in_use() -> str | None:
+    """The directory JAX caches compilations in now: :func:`configured`,
+    None while it is nkserde's own in a run of several processes (left
+    alone then: the module's docstring says why)."""
+    current = configured()
+    return None if current is not None and _ours_in_a_run_of_several_processes(current) else current
+
+
 def use(directory=None, *, max_bytes: int | None) -> Path | None:
     """Points JAX's persistent compilation cache at ``directory`` (default:
     :func:`default_directory`) unless the user configured one, caching every

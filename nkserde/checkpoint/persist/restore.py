@@ -202,7 +202,7 @@ def report_resume(run: Run, now: float, directory) -> None:
         return
     run.resume_times = None
     load, first, warm = times[1] - times[0], times[3] - times[2], times[4] - times[3]
-    cache = jax_cache.configured()
+    cache = jax_cache.in_use()
     where = f"compiled code cached in {cache}" if cache else "no compilation cache"
     say(
         f"{directory}: resumed in {times[3] - times[0]:.1f} s: loading {load:.1f} s, first step "
