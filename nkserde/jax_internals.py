@@ -117,7 +117,8 @@ def skip_cache_in(skipped) -> None:
     """From now on JAX's file cache, as :func:`wrap_file_cache` makes it,
     reads nothing from and writes nothing to a directory for which
     ``skipped(directory)`` is true (asked at each read and write, the
-    directory as a string; None: no directory is skipped)."""
+    directory as a string; None: no directory is skipped). Relies on what
+    :func:`wrap_file_cache` relies on (JAX 0.4.26 to 0.12)."""
     global _skipped
     _skipped = skipped
 
