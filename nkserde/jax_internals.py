@@ -142,23 +142,25 @@ def wrap_file_cache() -> None:
         return
     jax_get, jax_put = lru_cache.LRUCache.get, lru_cache.LRUCache.put
 
-    def skipped(cache) -> bool:
-        return _skipped is not None and _skipped(str(getattr(cache, "path", "")))
+    def where(cache) -> str:
+        return str(getattr(cache, "path", ""))  # a pathlib or an etils path; "gs://..." is not local
+
+    def skipped(directory: str) -> bool:
+        return _skipped is not None and _skipped(directory)
 
     def get(self, key: str, *args, **kwargs):
-        return None if skipped(self) else jax_get(self, key, *args, **kwargs)
+        return None if skipped(where(self)) else jax_get(self, key, *args, **kwargs)
 
     def put(self, key: str, value: bytes) -> None:
-        if skipped(self):
+        directory = where(self)
+        if skipped(directory):
             return None
-        where = str(getattr(self, "path", ""))  # a pathlib or an etils path; "gs://..." is not local
-        if not key or not where or "://" in where or getattr(self, "eviction_enabled", True):
+        if not key or not directory or "://" in directory or getattr(self, "eviction_enabled", True):
             return jax_put(self, key, value)
-        directory = Path(where)
-        entry = directory / f"{key}{lru_cache._CACHE_SUFFIX}"
+        entry = Path(directory) / f"{key}{lru_cache._CACHE_SUFFIX}"
         if entry.exists():  # JAX's rule: an entry is never replaced
             return None
-        temporary = directory / f"{TEMPORARY_ENTRY_PREFIX}{key}.{os.getpid()}.{threading.get_native_id()}"
+        temporary = entry.parent / f"{TEMPORARY_ENTRY_PREFIX}{key}.{os.getpid()}.{threading.get_native_id()}"
         try:
             temporary.write_bytes(value)
             os.replace(temporary, entry)
